@@ -1,0 +1,63 @@
+"""Type stubs for the compiled core (checked against the binary by stubtest)."""
+
+from asyncio import AbstractEventLoop
+from collections.abc import Iterable, Sequence
+from typing import Any, final
+
+__version__: str
+
+@final
+class Client:
+    def __new__(
+        cls,
+        url: str,
+        *,
+        connect_timeout: float,
+        response_timeout: float,
+        username: str | None = None,
+        password: str | None = None,
+        db: int | None = None,
+    ) -> Client: ...
+    @property
+    def address(self) -> str: ...
+    def get(self, key: str, bridge: Bridge | None = None) -> Any: ...
+    def set(
+        self,
+        key: str,
+        value: bytes,
+        ttl_ms: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        bridge: Bridge | None = None,
+    ) -> Any: ...
+    def mget(self, keys: Iterable[str | bytes], bridge: Bridge | None = None) -> Any: ...
+    def set_many(
+        self,
+        keys: Iterable[str | bytes],
+        values: Iterable[bytes],
+        ttl_ms: int | None = None,
+        bridge: Bridge | None = None,
+    ) -> Any: ...
+    def execute(
+        self, args: Sequence[str | bytes | int | float], bridge: Bridge | None = None
+    ) -> Any: ...
+    def pipeline(
+        self,
+        commands: Iterable[Sequence[str | bytes | int | float]],
+        bridge: Bridge | None = None,
+    ) -> Any: ...
+    def close_thread_connection(self) -> None: ...
+
+@final
+class Bridge:
+    def __new__(cls, event_loop: AbstractEventLoop) -> Bridge: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
+
+@final
+class Pending:
+    def __await__(self) -> Pending: ...
+    def __iter__(self) -> Pending: ...
+    def __next__(self) -> Any: ...
+
+def panic_for_tests() -> None: ...

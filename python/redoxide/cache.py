@@ -1,0 +1,503 @@
+"""Django's cache API over the Rust core: keys, versions, timeouts, encoding, and errors.
+
+Each operation is written once, as a generator that yields the commands it needs and receives
+their replies; `_run` drives it synchronously and `_arun` drives it with awaits, so a sync method
+and its async twin share every line of logic. The hottest calls (get, set and their twins) are
+written out directly to spare them the generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import re
+import threading
+import weakref
+from collections.abc import Callable, Generator, Iterable
+from typing import Any, TypeVar
+
+from django.core.cache.backends.base import (
+    DEFAULT_TIMEOUT,
+    MEMCACHE_MAX_KEY_LENGTH,
+    BaseCache,
+    default_key_func,
+)
+
+from redoxide import _redoxide
+from redoxide.compressors import IdentityCompressor
+from redoxide.exceptions import (
+    CacheTimeout,
+    ConnectionInterrupted,
+    ResponseError,
+    SerializationError,
+)
+from redoxide.options import Config, parse_config, redact
+from redoxide.serializers import PickleSerializer
+
+__all__ = ["RedisCache", "ValkeyCache"]
+
+logger = logging.getLogger("redoxide")
+
+T = TypeVar("T")
+# A command for a driver: the Rust client method and its positional arguments.
+Step = tuple[Callable[..., Any], tuple[Any, ...]]
+Plan = Generator[Step, Any, T]
+
+# Keys Django warns about (memcached-unsafe): control characters, space, DEL.
+_UNSAFE_KEY = re.compile(r"[\x00-\x20\x7f]")
+
+# INCRBY only an existing key, atomically, so incr() of a missing key is an error, not 1.
+_INCR_SCRIPT = (
+    "if redis.call('EXISTS', KEYS[1]) == 1 then "
+    "return redis.call('INCRBY', KEYS[1], ARGV[1]) end return false"
+)
+# Move a value to a new version in one step, keeping its TTL.
+_RENAME_SCRIPT = (
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
+    "redis.call('RENAME', KEYS[1], KEYS[2]) return 1"
+)
+
+# One Rust client per configuration per process, shared by every backend instance
+# (Django makes an instance per thread and per async context).
+_clients: dict[tuple[Any, ...], _redoxide.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def _shared_client(config: Config) -> _redoxide.Client:
+    key = config.client_key
+    client = _clients.get(key)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is None:
+                client = _redoxide.Client(
+                    config.servers[0],
+                    connect_timeout=config.connect_timeout,
+                    response_timeout=config.socket_timeout,
+                    username=config.username,
+                    password=config.password,
+                    db=config.db,
+                )
+                _clients[key] = client
+    return client
+
+
+# One completion bridge per event loop; the last one used is cached per thread.
+_bridges: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _redoxide.Bridge] = (
+    weakref.WeakKeyDictionary()
+)
+_local = threading.local()
+
+
+def _bridge() -> _redoxide.Bridge:
+    loop = asyncio.get_running_loop()
+    last = getattr(_local, "last", None)
+    if last is not None and last[0] is loop:
+        return last[1]  # type: ignore[no-any-return]
+    bridge = _bridges.get(loop)
+    if bridge is None:
+        bridge = _redoxide.Bridge(loop)
+        loop.add_reader(bridge.fileno(), bridge.drain)
+        _bridges[loop] = bridge
+    _local.last = (loop, bridge)
+    return bridge
+
+
+def _forget_bridges() -> None:
+    # A forked child must not share the parent's eventfds or loops.
+    global _local
+    _bridges.clear()
+    _local = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_bridges)
+
+
+class RedisCache(BaseCache):
+    """A Django cache backend for Redis and Valkey with a Rust core and native async."""
+
+    _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ConnectionInterrupted, CacheTimeout)
+
+    def __init__(self, server: Any, params: dict[str, Any]) -> None:
+        super().__init__(params)
+        self._config = parse_config(server, params.get("OPTIONS"))
+        self._client = _shared_client(self._config)
+        self._serializer = self._config.serializer
+        self._compressor = self._config.compressor
+        self._fast_pickle = type(self._serializer) is PickleSerializer
+        self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
+        self._compress = type(self._compressor) is not IdentityCompressor
+        self._plain_keys = self.key_func is default_key_func
+        self._fail_open = self._config.ignore_exceptions
+
+    def __repr__(self) -> str:
+        servers = ", ".join(redact(s) for s in self._config.servers)
+        return f"<{type(self).__name__} {servers}>"
+
+    # -- keys, timeouts, values -----------------------------------------------------------
+
+    def _key(self, key: Any, version: int | None) -> str:
+        if version is None:
+            version = self.version
+        if self._plain_keys:
+            made = f"{self.key_prefix}:{version}:{key}"
+        else:
+            made = self.key_func(key, self.key_prefix, version)
+        if len(made) > MEMCACHE_MAX_KEY_LENGTH or _UNSAFE_KEY.search(made):
+            self.validate_key(made)
+        return made
+
+    def make_and_validate_key(self, key: Any, version: int | None = None) -> str:
+        return self._key(key, version)
+
+    def _ttl_ms(self, timeout: Any) -> int | None:
+        """Return the expiry in ms: None never expires, 0 means expire now."""
+        if timeout is DEFAULT_TIMEOUT:
+            timeout = self.default_timeout
+        if timeout is None:
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+        if timeout != timeout or timeout in (float("inf"), float("-inf")):
+            raise ValueError(f"timeout must be finite, not {timeout!r}")
+        if timeout <= 0:
+            return 0
+        return max(1, round(timeout * 1000))
+
+    def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> float | None:
+        """Return the timeout in seconds as the server will apply it (ms resolution)."""
+        ms = self._ttl_ms(timeout)
+        return None if ms is None else ms / 1000
+
+    def _encode(self, value: Any) -> bytes:
+        # Ints (not bools) are stored as raw digits, as Django's builtin and django-redis do,
+        # so INCR/DECR can work on them atomically on the server.
+        if type(value) is int:
+            return b"%d" % value
+        if self._fast_pickle:
+            data = pickle.dumps(value, self._protocol)
+        else:
+            data = self._serializer.dumps(value)
+            if isinstance(data, str):
+                data = data.encode()
+        if self._compress and len(data) >= self._compressor.min_length:
+            data = self._compressor.compress(data)
+        return data
+
+    def _decode(self, data: bytes, key: Any) -> Any:
+        try:
+            if data[:1] != b"\x80":
+                # Not a pickle (protocol >= 2): a raw int, compressed data, or another format.
+                try:
+                    return int(data)
+                except ValueError:
+                    pass
+                if self._compressor.is_compressed(data):
+                    data = self._compressor.decompress(data)
+            if self._fast_pickle:
+                return pickle.loads(data)
+            return self._serializer.loads(data)
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot decode the value stored for key {key!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- drivers ----------------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException, fallback: Any) -> Any:
+        if not (self._fail_open and isinstance(exc, self._TRANSPORT_ERRORS)):
+            raise exc
+        if self._config.log_ignored_exceptions:
+            logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
+        return fallback
+
+    def _run(self, plan: Plan[T], fallback: Any = None) -> T:
+        """Drive a plan with blocking calls."""
+        try:
+            fn, args = next(plan)
+            while True:
+                try:
+                    reply = fn(*args)
+                except ResponseError as exc:
+                    fn, args = plan.throw(exc)
+                else:
+                    fn, args = plan.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        except self._TRANSPORT_ERRORS as exc:
+            return self._failed(exc, fallback)  # type: ignore[no-any-return]
+
+    async def _arun(self, plan: Plan[T], fallback: Any = None) -> T:
+        """Drive a plan with awaits on this event loop's bridge."""
+        bridge = _bridge()
+        try:
+            fn, args = next(plan)
+            while True:
+                try:
+                    reply = await fn(*args, bridge)
+                except ResponseError as exc:
+                    fn, args = plan.throw(exc)
+                else:
+                    fn, args = plan.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        except self._TRANSPORT_ERRORS as exc:
+            return self._failed(exc, fallback)  # type: ignore[no-any-return]
+
+    # -- the hot path, written out ------------------------------------------------------------
+
+    def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
+        made = self._key(key, version)
+        try:
+            data = self._client.get(made)
+        except self._TRANSPORT_ERRORS as exc:
+            return self._failed(exc, default)
+        return default if data is None else self._decode(data, key)
+
+    async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
+        made = self._key(key, version)
+        try:
+            data = await self._client.get(made, _bridge())
+        except self._TRANSPORT_ERRORS as exc:
+            return self._failed(exc, default)
+        return default if data is None else self._decode(data, key)
+
+    def set(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> None:
+        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        try:
+            if ttl == 0:
+                self._client.execute(("DEL", made))
+            else:
+                self._client.set(made, data, ttl)
+        except self._TRANSPORT_ERRORS as exc:
+            self._failed(exc, None)
+
+    async def aset(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> None:
+        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        try:
+            if ttl == 0:
+                await self._client.execute(("DEL", made), _bridge())
+            else:
+                await self._client.set(made, data, ttl, False, False, _bridge())
+        except self._TRANSPORT_ERRORS as exc:
+            self._failed(exc, None)
+
+    # -- plans ---------------------------------------------------------------------------------
+
+    def _add(self, key: Any, value: Any, timeout: Any, version: int | None) -> Plan[bool]:
+        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        c = self._client
+        if ttl == 0:
+            # Expire-now add: report whether it would have been added, store nothing.
+            stored = yield c.set, (made, data, None, True, False)
+            if stored:
+                yield c.execute, (("DEL", made),)
+            return bool(stored)
+        return bool((yield c.set, (made, data, ttl, True, False)))
+
+    def _touch(self, key: Any, timeout: Any, version: int | None) -> Plan[bool]:
+        made, ttl = self._key(key, version), self._ttl_ms(timeout)
+        c = self._client
+        if ttl is None:
+            _, exists = yield c.pipeline, ((("PERSIST", made), ("EXISTS", made)),)
+            return bool(exists)
+        if ttl == 0:
+            return bool((yield c.execute, (("DEL", made),)))
+        return bool((yield c.execute, (("PEXPIRE", made, ttl),)))
+
+    def _delete(self, key: Any, version: int | None) -> Plan[bool]:
+        return bool((yield self._client.execute, (("DEL", self._key(key, version)),)))
+
+    def _has_key(self, key: Any, version: int | None) -> Plan[bool]:
+        return bool((yield self._client.execute, (("EXISTS", self._key(key, version)),)))
+
+    def _get_many(self, keys: Iterable[Any], version: int | None) -> Plan[dict[Any, Any]]:
+        keys = list(keys)
+        if not keys:
+            return {}
+        made = [self._key(k, version) for k in keys]
+        values = yield self._client.mget, (made,)
+        return {k: self._decode(v, k) for k, v in zip(keys, values) if v is not None}
+
+    def _set_many(self, data: dict[Any, Any], timeout: Any, version: int | None) -> Plan[list[Any]]:
+        if not data:
+            return []
+        made = [self._key(k, version) for k in data]
+        values = [self._encode(v) for v in data.values()]
+        ttl = self._ttl_ms(timeout)
+        if ttl == 0:
+            yield self._client.execute, (("DEL", *made),)
+        else:
+            yield self._client.set_many, (made, values, ttl)
+        return []
+
+    def _delete_many(self, keys: Iterable[Any], version: int | None) -> Plan[None]:
+        made = [self._key(k, version) for k in keys]
+        if made:
+            yield self._client.execute, (("DEL", *made),)
+
+    def _incr(self, key: Any, delta: int, version: int | None) -> Plan[Any]:
+        made = self._key(key, version)
+        c = self._client
+        try:
+            value = yield c.execute, (("EVAL", _INCR_SCRIPT, 1, made, delta),)
+        except ResponseError as exc:
+            if "not an integer" not in str(exc) and "overflow" not in str(exc):
+                raise
+            # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta):
+            # read, add, and write back keeping the TTL, as django-redis does.
+            data = yield c.get, (made,)
+            if data is None:
+                raise ValueError(f"Key '{key}' not found.") from None
+            value = self._decode(data, key) + delta
+            yield c.execute, (("SET", made, self._encode(value), "KEEPTTL"),)
+            return value
+        if value is None:
+            raise ValueError(f"Key '{key}' not found.")
+        return value
+
+    def _incr_version(self, key: Any, delta: int, version: int | None) -> Plan[int]:
+        if version is None:
+            version = self.version
+        old, new = self._key(key, version), self._key(key, version + delta)
+        moved = yield self._client.execute, (("EVAL", _RENAME_SCRIPT, 2, old, new),)
+        if not moved:
+            raise ValueError(f"Key '{key}' not found.")
+        return version + delta
+
+    def _get_or_set(
+        self, key: Any, default: Any, timeout: Any, version: int | None
+    ) -> Plan[Any]:
+        made = self._key(key, version)
+        c = self._client
+        data = yield c.get, (made,)
+        if data is not None:
+            return self._decode(data, key)
+        if callable(default):
+            default = default()
+        encoded, ttl = self._encode(default), self._ttl_ms(timeout)
+        if ttl == 0:
+            stored = yield c.set, (made, encoded, None, True, False)
+            if stored:
+                yield c.execute, (("DEL", made),)
+            return default
+        set_cmd: tuple[Any, ...] = ("SET", made, encoded, "NX")
+        if ttl is not None:
+            set_cmd += ("PX", ttl)
+        # Add and read back in one round trip: if another caller won the race, return theirs.
+        _, data = yield c.pipeline, ((set_cmd, ("GET", made)),)
+        return default if data is None else self._decode(data, key)
+
+    def _clear(self) -> Plan[bool]:
+        return bool((yield self._client.execute, (("FLUSHDB",),)))
+
+    # -- the rest of the API: each sync method and its async twin run the same plan -------------
+
+    def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> bool:
+        return self._run(self._add(key, value, timeout, version), False)
+
+    async def aadd(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> bool:
+        return await self._arun(self._add(key, value, timeout, version), False)
+
+    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        return self._run(self._touch(key, timeout, version), False)
+
+    async def atouch(
+        self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> bool:
+        return await self._arun(self._touch(key, timeout, version), False)
+
+    def delete(self, key: Any, version: int | None = None) -> bool:
+        return self._run(self._delete(key, version), False)
+
+    async def adelete(self, key: Any, version: int | None = None) -> bool:
+        return await self._arun(self._delete(key, version), False)
+
+    def has_key(self, key: Any, version: int | None = None) -> bool:
+        return self._run(self._has_key(key, version), False)
+
+    async def ahas_key(self, key: Any, version: int | None = None) -> bool:
+        return await self._arun(self._has_key(key, version), False)
+
+    def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        return self._run(self._get_many(keys, version), {})
+
+    async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        return await self._arun(self._get_many(keys, version), {})
+
+    def set_many(
+        self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> list[Any]:
+        return self._run(self._set_many(data, timeout, version), list(data))
+
+    async def aset_many(
+        self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> list[Any]:
+        return await self._arun(self._set_many(data, timeout, version), list(data))
+
+    def delete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
+        self._run(self._delete_many(keys, version))
+
+    async def adelete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
+        await self._arun(self._delete_many(keys, version))
+
+    def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        return self._run(self._incr(key, delta, version))
+
+    async def aincr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        return await self._arun(self._incr(key, delta, version))
+
+    def decr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        return self._run(self._incr(key, -delta, version))
+
+    async def adecr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        return await self._arun(self._incr(key, -delta, version))
+
+    def incr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        return self._run(self._incr_version(key, delta, version))
+
+    async def aincr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        return await self._arun(self._incr_version(key, delta, version))
+
+    def decr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        return self._run(self._incr_version(key, -delta, version))
+
+    async def adecr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        return await self._arun(self._incr_version(key, -delta, version))
+
+    def get_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> Any:
+        return self._run(self._get_or_set(key, default, timeout, version))
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> Any:
+        return await self._arun(self._get_or_set(key, default, timeout, version))
+
+    def clear(self) -> bool:
+        return self._run(self._clear(), False)
+
+    async def aclear(self) -> bool:
+        return await self._arun(self._clear(), False)
+
+    def close(self, **kwargs: Any) -> None:
+        """Do nothing: connections are shared by the whole process and outlive requests."""
+
+    async def aclose(self, **kwargs: Any) -> None:
+        """Do nothing, like close()."""
+
+
+#: The same backend, for settings that read better with Valkey.
+ValkeyCache = RedisCache

@@ -1,0 +1,214 @@
+"""One parser for LOCATION and OPTIONS: django-redis' upper-case names and the builtin
+RedisCache's lower-case names map onto one typed configuration; anything unknown or invalid
+raises ImproperlyConfigured naming the option."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.utils.module_loading import import_string
+
+from redoxide.compressors import BaseCompressor, IdentityCompressor
+from redoxide.exceptions import ConfigurationError
+from redoxide.serializers import PickleSerializer, Serializer
+
+__all__ = ["Config", "parse_config", "parse_location"]
+
+SCHEMES = frozenset(
+    {"redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"}
+)
+DEFAULT_SOCKET_TIMEOUT = 2.0
+DEFAULT_CONNECT_TIMEOUT = 1.0
+
+# Canonical option name for every accepted spelling.
+_ALIASES = {
+    "SOCKET_TIMEOUT": "socket_timeout",
+    "SOCKET_CONNECT_TIMEOUT": "socket_connect_timeout",
+    "PASSWORD": "password",
+    "USERNAME": "username",
+    "DB": "db",
+    "SERIALIZER": "serializer",
+    "COMPRESSOR": "compressor",
+    "COMPRESS_MIN_LENGTH": "compress_min_length",
+    "PICKLE_VERSION": "pickle_protocol",
+    "IGNORE_EXCEPTIONS": "ignore_exceptions",
+    "LOG_IGNORED_EXCEPTIONS": "log_ignored_exceptions",
+    "CLIENT_CLASS": "client_class",
+    "CONNECTION_POOL_KWARGS": "pool_kwargs",
+    "CONNECTION_POOL_CLASS": "pool_class",
+    "PARSER_CLASS": "parser_class",
+}
+_CANONICAL = frozenset(_ALIASES.values())
+# Options of redis-py connection pools that have no meaning here: connections are managed by
+# the Rust core (one multiplexed connection per server, one per thread for sync calls).
+_IGNORED = frozenset({"pool_class", "parser_class", "pool_kwargs"})
+_ACCEPTED_CLIENT_CLASSES = frozenset({"django_redis.client.DefaultClient"})
+
+
+@dataclass(frozen=True)
+class Config:
+    """A parsed cache configuration."""
+
+    servers: tuple[str, ...]
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    db: int | None = None
+    serializer: Serializer = field(default_factory=PickleSerializer)
+    compressor: BaseCompressor = field(default_factory=IdentityCompressor)
+    ignore_exceptions: bool = False
+    log_ignored_exceptions: bool = False
+
+    @property
+    def client_key(self) -> tuple[Any, ...]:
+        """Configurations with equal keys share one process-wide client."""
+        return (
+            self.servers[0],
+            self.socket_timeout,
+            self.connect_timeout,
+            self.username,
+            self.password,
+            self.db,
+        )
+
+
+def _fail(option: str, message: str) -> ConfigurationError:
+    return ConfigurationError(f"redoxide: OPTIONS[{option!r}] {message}")
+
+
+def redact(url: str) -> str:
+    """Return the URL with any password hidden."""
+    return re.sub(r"(://[^:@/]*:)[^@/]*@", r"\1***@", url)
+
+
+def parse_location(location: Any) -> tuple[str, ...]:
+    """Split LOCATION into server URLs: the first is the primary, the rest are read replicas."""
+    if isinstance(location, str):
+        urls = [u.strip() for u in re.split("[;,]", location)]
+    elif isinstance(location, (list, tuple)):
+        urls = [u.strip() if isinstance(u, str) else u for u in location]
+    else:
+        raise ConfigurationError(
+            f"redoxide: LOCATION must be a URL string or a list of them, not {type(location).__name__}"
+        )
+    urls = [u for u in urls if u != ""]
+    if not urls:
+        raise ConfigurationError("redoxide: LOCATION is empty; give a URL like redis://host:6379/0")
+    for url in urls:
+        if not isinstance(url, str):
+            raise ConfigurationError(f"redoxide: LOCATION entries must be strings, not {url!r}")
+        scheme = urlsplit(url).scheme
+        if scheme not in SCHEMES:
+            raise ConfigurationError(
+                f"redoxide: LOCATION {redact(url)!r} needs one of the schemes "
+                f"{', '.join(sorted(SCHEMES))} (e.g. redis://127.0.0.1:6379/0)"
+            )
+    return tuple(urls)
+
+
+def _seconds(option: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(option, f"must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise _fail(option, f"must be a positive, finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def _optional_str(option: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _fail(option, f"must be a string, not {type(value).__name__}")
+
+
+def _instance(option: str, value: Any, **kwargs: Any) -> Any:
+    """Accept a dotted path, a class, or an instance."""
+    obj = value
+    if isinstance(obj, str):
+        try:
+            obj = import_string(obj)
+        except ImportError as exc:
+            raise _fail(option, f"cannot import {value!r}: {exc}") from exc
+    if isinstance(obj, type):
+        try:
+            obj = obj(**kwargs)
+        except TypeError:
+            obj = obj()
+    return obj
+
+
+def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
+    """Validate LOCATION and OPTIONS and return the typed configuration."""
+    servers = parse_location(location)
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ConfigurationError(f"redoxide: OPTIONS must be a dict, not {type(options).__name__}")
+    seen: dict[str, tuple[str, Any]] = {}
+    for name, value in options.items():
+        canonical = _ALIASES.get(name, name if name in _CANONICAL else None)
+        if canonical is None:
+            known = sorted({*_ALIASES, *_CANONICAL})
+            raise ConfigurationError(
+                f"redoxide: unknown OPTIONS key {name!r}; known options: {', '.join(known)}"
+            )
+        if canonical in seen and seen[canonical][0] != name:
+            raise ConfigurationError(
+                f"redoxide: OPTIONS gives both {seen[canonical][0]!r} and {name!r}; use one"
+            )
+        seen[canonical] = (name, value)
+    opts = {canonical: value for canonical, (_, value) in seen.items()}
+    names = {canonical: name for canonical, (name, _) in seen.items()}
+
+    kwargs: dict[str, Any] = {"servers": servers}
+    if "socket_timeout" in opts:
+        kwargs["socket_timeout"] = _seconds(names["socket_timeout"], opts["socket_timeout"])
+    if "socket_connect_timeout" in opts:
+        kwargs["connect_timeout"] = _seconds(
+            names["socket_connect_timeout"], opts["socket_connect_timeout"]
+        )
+    for key in ("username", "password"):
+        if key in opts:
+            kwargs[key] = _optional_str(names[key], opts[key])
+    if "db" in opts:
+        db = opts["db"]
+        if isinstance(db, str) and db.isdigit():
+            db = int(db)
+        if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+            raise _fail(names["db"], f"must be a non-negative integer, not {db!r}")
+        kwargs["db"] = db
+    protocol = opts.get("pickle_protocol")
+    if protocol is not None and (isinstance(protocol, bool) or not isinstance(protocol, int)):
+        raise _fail(names["pickle_protocol"], f"must be an integer, not {protocol!r}")
+    if "serializer" in opts:
+        serializer = _instance(names["serializer"], opts["serializer"], protocol=protocol)
+        if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
+            raise _fail(names["serializer"], "must have dumps() and loads() methods")
+        kwargs["serializer"] = serializer
+    elif protocol is not None:
+        kwargs["serializer"] = PickleSerializer(protocol=protocol)
+    min_length = opts.get("compress_min_length")
+    if min_length is not None and (isinstance(min_length, bool) or not isinstance(min_length, int) or min_length < 0):
+        raise _fail(names["compress_min_length"], f"must be a non-negative integer, not {min_length!r}")
+    if "compressor" in opts:
+        compressor = _instance(names["compressor"], opts["compressor"], min_length=min_length)
+        for method in ("compress", "decompress", "is_compressed"):
+            if not callable(getattr(compressor, method, None)):
+                raise _fail(names["compressor"], f"must have a {method}() method")
+        kwargs["compressor"] = compressor
+    for key in ("ignore_exceptions", "log_ignored_exceptions"):
+        if key in opts:
+            if not isinstance(opts[key], bool):
+                raise _fail(names[key], f"must be True or False, not {opts[key]!r}")
+            kwargs[key] = opts[key]
+    if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:
+        raise _fail(
+            names["client_class"],
+            "is not supported: redoxide has one client for every topology "
+            "(django_redis.client.DefaultClient is accepted and ignored)",
+        )
+    return Config(**kwargs)

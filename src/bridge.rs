@@ -1,0 +1,266 @@
+//! tokio -> asyncio completion without taking the GIL on tokio threads.
+//!
+//! A `Bridge` belongs to one event loop. A tokio task that finishes a command stores its reply in
+//! the command's `Slot`. If the awaiting coroutine has parked on an asyncio future, the slot goes
+//! onto the bridge's queue and the bridge's eventfd is written (only when the queue turns
+//! non-empty); the loop, woken by `add_reader`, calls `Bridge.drain` and resolves the futures.
+//!
+//! Before parking, an awaitable yields to the loop a few times (a bare `yield`, which asyncio
+//! treats as "run me again next iteration"), polling its slot: a reply that arrives within a loop
+//! tick or two then skips the loop's sleep and wake-up entirely. The polling window adapts to the
+//! latencies this loop has seen lately, and other runnable tasks run during each tick.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+use pyo3::{intern, IntoPyObjectExt};
+
+use crate::errors::{Error, Result};
+use crate::reply::Reply;
+
+/// Longest we poll before parking, in nanoseconds, however slow recent replies were.
+const MAX_SPIN_NS: u64 = 400_000;
+/// Starting estimate of a reply's latency.
+const INITIAL_LATENCY_NS: u64 = 60_000;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked mid-update of plain data.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where one command's outcome meets the coroutine waiting for it.
+pub struct Slot {
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    outcome: Option<Result<Reply>>,
+    /// The asyncio future the awaiting task parked on, once it stopped polling.
+    waker: Option<Py<PyAny>>,
+}
+
+impl Slot {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Slot {
+            state: Mutex::new(SlotState { outcome: None, waker: None }),
+        })
+    }
+
+    /// Store the outcome; queue the slot on the loop if a task is parked on it.
+    pub fn complete(self: &Arc<Self>, outcome: Result<Reply>, queue: &LoopQueue) {
+        let parked = {
+            let mut state = lock(&self.state);
+            if state.outcome.is_some() {
+                return;
+            }
+            state.outcome = Some(outcome);
+            state.waker.is_some()
+        };
+        if parked {
+            queue.push(Arc::clone(self));
+        }
+    }
+
+    fn take(&self) -> Option<Result<Reply>> {
+        lock(&self.state).outcome.take()
+    }
+}
+
+/// Completes a slot with an internal error if the task that owns it ends without answering
+/// (a panic unwinding through it, or the runtime shutting down), so no awaitable hangs.
+pub struct CompletionGuard {
+    slot: Arc<Slot>,
+    queue: Arc<LoopQueue>,
+}
+
+impl CompletionGuard {
+    pub fn new(slot: Arc<Slot>, queue: Arc<LoopQueue>) -> Self {
+        CompletionGuard { slot, queue }
+    }
+
+    pub fn finish(self, outcome: Result<Reply>) {
+        self.slot.complete(outcome, &self.queue);
+        // Drop runs next and finds the slot already answered.
+    }
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        self.slot.complete(
+            Err(Error::Internal("the command's task ended without an answer".into())),
+            &self.queue,
+        );
+    }
+}
+
+/// The queue of answered slots whose tasks are parked, and the eventfd that wakes the loop.
+pub struct LoopQueue {
+    fd: OwnedFd,
+    ready: Mutex<Vec<Arc<Slot>>>,
+    /// Recent reply latency, an exponentially weighted average in nanoseconds.
+    latency_ns: AtomicU64,
+}
+
+impl LoopQueue {
+    fn new() -> Result<Self> {
+        // SAFETY: eventfd has no memory-safety preconditions; we check the result.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::Internal(format!(
+                "eventfd failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(LoopQueue {
+            // SAFETY: fd is a fresh descriptor that nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            ready: Mutex::new(Vec::new()),
+            latency_ns: AtomicU64::new(INITIAL_LATENCY_NS),
+        })
+    }
+
+    fn push(&self, slot: Arc<Slot>) {
+        let was_empty = {
+            let mut ready = lock(&self.ready);
+            let was_empty = ready.is_empty();
+            ready.push(slot);
+            was_empty
+        };
+        if was_empty {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A full counter (EAGAIN)
+            // still leaves the fd readable, which is all we need.
+            unsafe {
+                libc::write(self.fd.as_raw_fd(), std::ptr::from_ref(&one).cast(), 8);
+            }
+        }
+    }
+
+    fn take_ready(&self) -> Vec<Arc<Slot>> {
+        // Reset the counter before taking the queue: a push racing with us either lands in what
+        // we take, or finds the queue empty and writes the fd again.
+        let mut counter: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
+        unsafe {
+            libc::read(self.fd.as_raw_fd(), std::ptr::from_mut(&mut counter).cast(), 8);
+        }
+        std::mem::take(&mut *lock(&self.ready))
+    }
+
+    fn record_latency(&self, ns: u64) {
+        let old = self.latency_ns.load(Ordering::Relaxed);
+        let new = old - old / 8 + ns.min(4 * MAX_SPIN_NS) / 8;
+        self.latency_ns.store(new, Ordering::Relaxed);
+    }
+
+    fn spin_window_ns(&self) -> u64 {
+        // Poll a little past the typical latency; beyond that the reply is late anyway.
+        (self.latency_ns.load(Ordering::Relaxed) * 3 / 2).min(MAX_SPIN_NS)
+    }
+}
+
+/// One event loop's completion channel. Python registers `fileno()` with `loop.add_reader`
+/// and `drain` as its callback.
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct Bridge {
+    pub queue: Arc<LoopQueue>,
+    event_loop: Py<PyAny>,
+}
+
+#[pymethods]
+impl Bridge {
+    #[new]
+    fn new(event_loop: Py<PyAny>) -> PyResult<Self> {
+        Ok(Bridge { queue: Arc::new(LoopQueue::new()?), event_loop })
+    }
+
+    /// Return the eventfd to watch for readability.
+    fn fileno(&self) -> i32 {
+        self.queue.fd.as_raw_fd()
+    }
+
+    /// Resolve the futures of every parked task whose command has finished.
+    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        for slot in self.queue.take_ready() {
+            let waker = lock(&slot.state).waker.take();
+            if let Some(future) = waker {
+                let future = future.bind(py);
+                // A cancelled task's future is already done; its outcome is simply dropped.
+                if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+                    future.call_method1(intern!(py, "set_result"), (py.None(),))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `await` on a command returns: polls, then parks on an asyncio future.
+#[pyclass(module = "redoxide._redoxide")]
+pub struct Pending {
+    slot: Arc<Slot>,
+    bridge: Py<Bridge>,
+    started: Option<Instant>,
+    convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
+}
+
+impl Pending {
+    pub fn new(
+        slot: Arc<Slot>,
+        bridge: Py<Bridge>,
+        convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
+    ) -> Self {
+        Pending { slot, bridge, started: None, convert }
+    }
+
+    fn finish(&self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
+        if let Some(started) = self.started {
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.bridge.get().queue.record_latency(ns);
+        }
+        match outcome.map_err(PyErr::from).and_then(|reply| (self.convert)(py, reply)) {
+            Ok(value) => PyStopIteration::new_err((value,)),
+            Err(err) => err,
+        }
+    }
+}
+
+#[pymethods]
+impl Pending {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(outcome) = self.slot.take() {
+            return Err(self.finish(py, outcome));
+        }
+        let now = Instant::now();
+        let started = *self.started.get_or_insert(now);
+        let waited = u64::try_from(now.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
+        if waited < self.bridge.get().queue.spin_window_ns() {
+            // A bare yield: asyncio runs this task again on the next loop iteration.
+            return Ok(py.None());
+        }
+        let bridge = self.bridge.get();
+        let future = bridge.event_loop.bind(py).call_method0(intern!(py, "create_future"))?;
+        {
+            let mut state = lock(&self.slot.state);
+            if let Some(outcome) = state.outcome.take() {
+                drop(state);
+                return Err(self.finish(py, outcome));
+            }
+            state.waker = Some(future.clone().unbind());
+        }
+        future.setattr(intern!(py, "_asyncio_future_blocking"), true)?;
+        future.into_py_any(py)
+    }
+}

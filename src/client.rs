@@ -1,0 +1,507 @@
+//! The `Client` pyclass: one per cache configuration per process, shared by every backend
+//! instance. Sync calls run on a connection owned by the calling thread, with the GIL released;
+//! async calls go through one multiplexed connection driven by the tokio runtime.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyInt, PyString};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
+use redis::{Cmd, ConnectionLike, IntoConnectionInfo, Pipeline, RedisError, Value};
+
+use crate::bridge::{Bridge, CompletionGuard, Pending, Slot};
+use crate::errors::{guard, Error, Result};
+use crate::reply::{self, Reply};
+use crate::runtime;
+
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How a Python reply is made from the server's.
+type Convert = fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>;
+
+/// One round trip's worth of work.
+enum Request {
+    Cmd(Cmd),
+    Pipe(Pipeline),
+}
+
+impl Request {
+    fn is_idempotent(&self) -> bool {
+        // Only plain reads are replayed after a dropped connection.
+        let first = |cmd: &Cmd| {
+            cmd.args_iter().next().is_some_and(|a| match a {
+                redis::Arg::Simple(name) => {
+                    let name = name.to_ascii_uppercase();
+                    matches!(name.as_slice(), b"GET" | b"MGET" | b"EXISTS" | b"PING" | b"TTL" | b"PTTL")
+                }
+                _ => false,
+            })
+        };
+        match self {
+            Request::Cmd(cmd) => first(cmd),
+            Request::Pipe(_) => false,
+        }
+    }
+}
+
+struct SyncConn {
+    client_id: u64,
+    generation: u64,
+    conn: redis::Connection,
+}
+
+thread_local! {
+    /// This thread's connections, one per client it has used. Closed when the thread exits.
+    static SYNC_CONNS: RefCell<Vec<SyncConn>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A connection to one Redis/Valkey server for one configuration.
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct Client {
+    id: u64,
+    client: redis::Client,
+    /// host:port or socket path, for messages: never credentials.
+    addr: Arc<str>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    aio: Mutex<Option<(u64, ConnectionManager)>>,
+}
+
+fn secs(name: &str, value: f64) -> PyResult<Duration> {
+    if value.is_finite() && value > 0.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(PyValueError::new_err(format!("{name} must be a positive number of seconds, got {value}")))
+    }
+}
+
+impl Client {
+    fn fail(&self, err: &RedisError) -> Error {
+        Error::from_redis(err, &self.addr)
+    }
+
+    fn connect_sync(&self) -> Result<redis::Connection> {
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .map_err(|e| self.fail(&e))?;
+        conn.set_read_timeout(Some(self.response_timeout)).map_err(|e| self.fail(&e))?;
+        conn.set_write_timeout(Some(self.response_timeout)).map_err(|e| self.fail(&e))?;
+        Ok(conn)
+    }
+
+    /// Run one request on this thread's connection (made on first use, remade after errors).
+    fn exec_sync(&self, req: &Request) -> Result<Reply> {
+        let generation = runtime::generation();
+        SYNC_CONNS
+            .try_with(|cell| {
+                let mut conns = cell.borrow_mut();
+                let mut reused = false;
+                let index = match conns.iter().position(|c| c.client_id == self.id) {
+                    Some(i) if conns[i].generation == generation => {
+                        reused = true;
+                        i
+                    }
+                    stale => {
+                        if let Some(i) = stale {
+                            // Inherited across fork(): the socket is the parent's. Leave it alone.
+                            std::mem::forget(conns.swap_remove(i));
+                        }
+                        let conn = self.connect_sync()?;
+                        conns.push(SyncConn { client_id: self.id, generation, conn });
+                        conns.len() - 1
+                    }
+                };
+                let mut result = send_sync(&mut conns[index].conn, req);
+                if let Err(err) = &result {
+                    if is_broken(err) {
+                        conns.swap_remove(index);
+                        // A connection that sat idle may have been closed by a server restart;
+                        // a read is safe to replay once on a fresh connection.
+                        if reused && err.is_connection_dropped() && req.is_idempotent() {
+                            let mut conn = self.connect_sync()?;
+                            result = send_sync(&mut conn, req);
+                            if result.as_ref().map_or_else(|e| !is_broken(e), |_| true) {
+                                conns.push(SyncConn { client_id: self.id, generation, conn });
+                            }
+                        }
+                    }
+                }
+                result.map_err(|e| self.fail(&e))
+            })
+            .unwrap_or_else(|_| Err(Error::Internal("thread is shutting down".into())))
+    }
+
+    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
+        let reply = py.detach(|| self.exec_sync(&req))?;
+        convert(py, reply)
+    }
+
+    /// The multiplexed connection for async traffic, made on first use in this process.
+    fn aio_conn(&self) -> Result<ConnectionManager> {
+        let generation = runtime::generation();
+        let mut aio = self.aio.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((g, manager)) = aio.as_ref() {
+            if *g == generation {
+                return Ok(manager.clone());
+            }
+        }
+        if let Some(stale) = aio.take() {
+            // The parent's connection, driven by a runtime that does not exist here.
+            std::mem::forget(stale);
+        }
+        let rt = runtime::get()?;
+        let _entered = rt.enter();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(0);
+        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|e| self.fail(&e))?;
+        *aio = Some((generation, manager.clone()));
+        Ok(manager)
+    }
+
+    fn run_async(
+        &self,
+        bridge: Py<Bridge>,
+        req: Request,
+        convert: Convert,
+    ) -> PyResult<Pending> {
+        let mut conn = self.aio_conn()?;
+        let rt = runtime::get()?;
+        let slot = Slot::new();
+        let completion = CompletionGuard::new(Arc::clone(&slot), Arc::clone(&bridge.get().queue));
+        let addr = Arc::clone(&self.addr);
+        // A hard bound over reconnecting plus answering, in case any layer below misbehaves.
+        let limit = self.connect_timeout + self.response_timeout + Duration::from_millis(250);
+        rt.spawn(async move {
+            let work = async {
+                let mut result = send_async(&mut conn, &req).await;
+                if let Err(err) = &result {
+                    if err.is_connection_dropped() && req.is_idempotent() {
+                        result = send_async(&mut conn, &req).await;
+                    }
+                }
+                result
+            };
+            let outcome = match tokio::time::timeout(limit, work).await {
+                Ok(result) => result.map_err(|e| Error::from_redis(&e, &addr)),
+                Err(_) => Err(Error::Timeout(format!("Redis at {addr} did not answer in time"))),
+            };
+            completion.finish(outcome);
+        });
+        Ok(Pending::new(slot, bridge, convert))
+    }
+
+    fn run(
+        &self,
+        py: Python<'_>,
+        bridge: Option<Py<Bridge>>,
+        req: Request,
+        convert: Convert,
+    ) -> PyResult<Py<PyAny>> {
+        match bridge {
+            None => self.run_sync(py, req, convert),
+            Some(bridge) => Ok(Py::new(py, self.run_async(bridge, req, convert)?)?.into_any()),
+        }
+    }
+}
+
+fn is_broken(err: &RedisError) -> bool {
+    err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_unrecoverable_error()
+}
+
+fn send_sync(conn: &mut redis::Connection, req: &Request) -> redis::RedisResult<Reply> {
+    match req {
+        Request::Cmd(cmd) => conn.req_command(cmd),
+        Request::Pipe(pipe) => conn
+            .req_packed_commands(&pipe.get_packed_pipeline(), 0, pipe.len())
+            .map(Value::Array),
+    }
+}
+
+async fn send_async(conn: &mut ConnectionManager, req: &Request) -> redis::RedisResult<Reply> {
+    match req {
+        Request::Cmd(cmd) => conn.send_packed_command(cmd).await,
+        Request::Pipe(pipe) => conn.send_packed_commands(pipe, 0, pipe.len()).await.map(Value::Array),
+    }
+}
+
+/// Append one Python value to a command: bytes and str as they are, ints as digits.
+fn push_arg(cmd: &mut Cmd, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        cmd.arg(b.as_bytes());
+    } else if let Ok(s) = obj.cast::<PyString>() {
+        cmd.arg(s.to_str()?);
+    } else if obj.is_instance_of::<PyInt>() {
+        cmd.arg(obj.str()?.to_str()?);
+    } else if let Ok(f) = obj.extract::<f64>() {
+        cmd.arg(f);
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "command arguments must be bytes, str, int or float, not {}",
+            obj.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+fn command_from(args: &Bound<'_, PyAny>) -> PyResult<Cmd> {
+    let mut cmd = Cmd::new();
+    for arg in args.try_iter()? {
+        push_arg(&mut cmd, &arg?)?;
+    }
+    if cmd.args_iter().next().is_none() {
+        return Err(PyValueError::new_err("a command needs at least its name"));
+    }
+    Ok(cmd)
+}
+
+fn set_cmd(key: &str, value: &[u8], ttl_ms: Option<u64>, nx: bool, xx: bool) -> Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key).arg(value);
+    if let Some(ms) = ttl_ms {
+        cmd.arg("PX").arg(ms.max(1));
+    }
+    if nx {
+        cmd.arg("NX");
+    } else if xx {
+        cmd.arg("XX");
+    }
+    cmd
+}
+
+#[pymethods]
+impl Client {
+    /// Describe a server; nothing connects until the first command.
+    #[new]
+    #[pyo3(signature = (url, *, connect_timeout, response_timeout, username=None, password=None, db=None))]
+    fn new(
+        url: &str,
+        connect_timeout: f64,
+        response_timeout: f64,
+        username: Option<&str>,
+        password: Option<&str>,
+        db: Option<i64>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            runtime::watch_forks();
+            let info = url.into_connection_info().map_err(|e| {
+                Error::Config(format!("cannot parse LOCATION {}: {}", redact(url), e.category()))
+            })?;
+            let mut redis_settings = info.redis_settings().clone();
+            if let Some(u) = username {
+                redis_settings = redis_settings.set_username(u);
+            }
+            if let Some(p) = password {
+                redis_settings = redis_settings.set_password(p);
+            }
+            if let Some(db) = db {
+                redis_settings = redis_settings.set_db(db);
+            }
+            redis_settings = redis_settings.set_lib_name("redoxide", env!("CARGO_PKG_VERSION"));
+            let addr: Arc<str> = info.addr().to_string().into();
+            let info = info
+                .set_redis_settings(redis_settings)
+                .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+            let client = redis::Client::open(info)
+                .map_err(|e| Error::Config(format!("invalid LOCATION {}: {}", redact(url), e.category())))?;
+            Ok(Client {
+                id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+                client,
+                addr,
+                connect_timeout: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
+                response_timeout: secs("SOCKET_TIMEOUT", response_timeout)?,
+                aio: Mutex::new(None),
+            })
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<redoxide Client {}>", self.addr)
+    }
+
+    /// The server's address (host:port or socket path), without credentials.
+    #[getter]
+    fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// GET key -> bytes or None. With `bridge`, return an awaitable instead.
+    #[pyo3(signature = (key, bridge=None))]
+    fn get(&self, py: Python<'_>, key: &str, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let mut cmd = redis::cmd("GET");
+            cmd.arg(key);
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
+        })
+    }
+
+    /// SET key value [PX ttl_ms] [NX|XX] -> whether it was stored.
+    #[pyo3(signature = (key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let cmd = set_cmd(key, value, ttl_ms, nx, xx);
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py_bool)
+        })
+    }
+
+    /// MGET keys -> a list of bytes or None, in order.
+    #[pyo3(signature = (keys, bridge=None))]
+    fn mget(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let mut cmd = redis::cmd("MGET");
+            for key in keys.try_iter()? {
+                push_arg(&mut cmd, &key?)?;
+            }
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
+        })
+    }
+
+    /// Store several values in one round trip: MSET, or one SET PX each when they expire.
+    #[pyo3(signature = (keys, values, ttl_ms=None, bridge=None))]
+    fn set_many(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+        ttl_ms: Option<u64>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+            let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
+            if keys.len() != values.len() {
+                return Err(PyValueError::new_err("keys and values differ in length"));
+            }
+            let req = match ttl_ms {
+                None => {
+                    let mut cmd = redis::cmd("MSET");
+                    for (k, v) in keys.iter().zip(&values) {
+                        push_arg(&mut cmd, k)?;
+                        push_arg(&mut cmd, v)?;
+                    }
+                    Request::Cmd(cmd)
+                }
+                Some(ms) => {
+                    let mut pipe = Pipeline::with_capacity(keys.len());
+                    for (k, v) in keys.iter().zip(&values) {
+                        let mut cmd = redis::cmd("SET");
+                        push_arg(&mut cmd, k)?;
+                        push_arg(&mut cmd, v)?;
+                        cmd.arg("PX").arg(ms.max(1));
+                        pipe.add_command(cmd);
+                    }
+                    Request::Pipe(pipe)
+                }
+            };
+            self.run(py, bridge, req, reply::to_py)
+        })
+    }
+
+    /// Run any command: `execute(("HSET", key, field, value))`.
+    #[pyo3(signature = (args, bridge=None))]
+    fn execute(&self, py: Python<'_>, args: &Bound<'_, PyAny>, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let cmd = command_from(args)?;
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
+        })
+    }
+
+    /// Run several commands in one round trip (not a transaction); return their replies.
+    /// An error reply raises `ResponseError`.
+    #[pyo3(signature = (commands, bridge=None))]
+    fn pipeline(&self, py: Python<'_>, commands: &Bound<'_, PyAny>, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let mut pipe = Pipeline::new();
+            for args in commands.try_iter()? {
+                pipe.add_command(command_from(&args?)?);
+            }
+            if pipe.is_empty() {
+                return Ok(pyo3::types::PyList::empty(py).into_any().unbind());
+            }
+            self.run(py, bridge, Request::Pipe(pipe), reply::to_py)
+        })
+    }
+
+    /// Forget this thread's connection for this client (the next call reconnects).
+    fn close_thread_connection(&self) {
+        let generation = runtime::generation();
+        let _ = SYNC_CONNS.try_with(|cell| {
+            let mut conns = cell.borrow_mut();
+            if let Some(i) = conns.iter().position(|c| c.client_id == self.id) {
+                let stale = conns.swap_remove(i);
+                if stale.generation == generation {
+                    drop(stale);
+                } else {
+                    std::mem::forget(stale);
+                }
+            }
+        });
+    }
+}
+
+/// The URL with any password replaced, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let shown = if userinfo.contains(':') { format!("{user}:***") } else { "***".to_owned() };
+            format!("{}{}{}", &url[..scheme_end + 3], shown, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Raise `InternalError` from inside Rust, to prove a panic never crashes the interpreter.
+#[pyfunction]
+pub fn panic_for_tests() -> PyResult<()> {
+    guard(|| panic!("deliberate panic for the tests"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_passwords() {
+        assert_eq!(redact("redis://user:secret@h:1/0"), "redis://user:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://secret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+    }
+
+    #[test]
+    fn set_command_has_expiry_and_mode() {
+        let packed = String::from_utf8(set_cmd("k", b"v", Some(0), true, false).get_packed_command()).unwrap();
+        assert!(packed.contains("PX\r\n$1\r\n1\r\n"), "{packed}");
+        assert!(packed.ends_with("NX\r\n"), "{packed}");
+    }
+
+    #[test]
+    fn only_reads_are_replayed() {
+        let mut get = redis::cmd("get");
+        get.arg("k");
+        assert!(Request::Cmd(get).is_idempotent());
+        let mut incr = redis::cmd("INCR");
+        incr.arg("k");
+        assert!(!Request::Cmd(incr).is_idempotent());
+    }
+}

@@ -1,0 +1,20 @@
+//! redoxide's Rust core: connections, commands and the asyncio bridge. Module assembly only.
+
+mod bridge;
+mod client;
+mod errors;
+mod reply;
+mod runtime;
+
+use pyo3::prelude::*;
+
+/// The compiled core of redoxide; use `redoxide.RedisCache`, not this module.
+#[pymodule(gil_used = false)]
+fn _redoxide(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<client::Client>()?;
+    m.add_class::<bridge::Bridge>()?;
+    m.add_class::<bridge::Pending>()?;
+    m.add_function(wrap_pyfunction!(client::panic_for_tests, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! Server replies and their conversion into Python objects.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::IntoPyObjectExt;
+use redis::Value;
+
+use crate::errors::Error;
+
+/// A raw server reply: one value, or one per command of a pipeline.
+pub type Reply = Value;
+
+/// Convert any reply: nil -> None, bulk -> bytes, integer -> int, status -> str ("OK" -> True),
+/// arrays -> list. An error reply raises `ResponseError`.
+pub fn to_py(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
+    Ok(match reply {
+        Value::Nil => py.None(),
+        Value::BulkString(bytes) => PyBytes::new(py, &bytes).into_any().unbind(),
+        Value::Int(i) => i.into_py_any(py)?,
+        Value::Okay => true.into_py_any(py)?,
+        Value::SimpleString(s) => s.into_py_any(py)?,
+        Value::Boolean(b) => b.into_py_any(py)?,
+        Value::Double(d) => d.into_py_any(py)?,
+        Value::Array(items) | Value::Set(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        Value::Map(pairs) => {
+            let dict = PyDict::new(py);
+            for (k, v) in pairs {
+                dict.set_item(to_py(py, k)?, to_py(py, v)?)?;
+            }
+            dict.into_any().unbind()
+        }
+        Value::Attribute { data, .. } => to_py(py, *data)?,
+        Value::VerbatimString { text, .. } => text.into_py_any(py)?,
+        Value::BigNumber(n) => py
+            .import("builtins")?
+            .getattr("int")?
+            .call1((String::from_utf8_lossy(&n).into_owned(),))?
+            .unbind(),
+        Value::Push { data, .. } => to_py(py, Value::Array(data))?,
+        Value::ServerError(err) => {
+            return Err(Error::Response(format!("Redis replied with an error: {err}")).into())
+        }
+        other => return Err(Error::Internal(format!("unexpected reply {other:?}")).into()),
+    })
+}
+
+/// Convert the reply of a command that answers with one value, treating `OK` as True.
+pub fn to_py_bool(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
+    match reply {
+        Value::Okay => true.into_py_any(py),
+        Value::Nil => false.into_py_any(py),
+        Value::Int(i) => (i != 0).into_py_any(py),
+        other => to_py(py, other),
+    }
+}

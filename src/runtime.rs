@@ -1,0 +1,71 @@
+//! The process-wide tokio runtime, created on first use and rebuilt after `fork()`.
+//!
+//! A forked child inherits the parent's memory but none of its threads, so the parent's runtime
+//! (and every connection driven by it) is dead weight in the child: dropping it there hangs.
+//! We never drop it: a child sees a new fork generation and leaks the old one.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+use tokio::runtime::{Builder, Runtime};
+
+use crate::errors::{Error, Result};
+
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+static RUNTIME_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX);
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+static AT_FORK: Once = Once::new();
+
+extern "C" fn after_fork_in_child() {
+    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Count forks from now on. Cheap to call repeatedly.
+pub fn watch_forks() {
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a plain function that only touches an atomic.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        }
+    });
+}
+
+/// Which process image we are in: bumps in a child after every `fork()`.
+#[inline]
+pub fn generation() -> u64 {
+    FORK_GENERATION.load(Ordering::Acquire)
+}
+
+/// The runtime for this process, built on first use.
+pub fn get() -> Result<&'static Runtime> {
+    watch_forks();
+    let generation = generation();
+    let current = RUNTIME.load(Ordering::Acquire);
+    if !current.is_null() && RUNTIME_GENERATION.load(Ordering::Acquire) == generation {
+        // SAFETY: runtimes are leaked, never freed, so the pointer stays valid.
+        return Ok(unsafe { &*current });
+    }
+    build(generation)
+}
+
+#[cold]
+fn build(generation: u64) -> Result<&'static Runtime> {
+    // A lock inherited locked from the parent would deadlock; in that case build unlocked.
+    let _lock = BUILD_LOCK.try_lock().ok();
+    let current = RUNTIME.load(Ordering::Acquire);
+    if !current.is_null() && RUNTIME_GENERATION.load(Ordering::Acquire) == generation {
+        // SAFETY: as above.
+        return Ok(unsafe { &*current });
+    }
+    let runtime = Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("redoxide-io")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start the I/O runtime: {e}")))?;
+    let leaked: &'static Runtime = Box::leak(Box::new(runtime));
+    RUNTIME.store(std::ptr::from_ref(leaked).cast_mut(), Ordering::Release);
+    RUNTIME_GENERATION.store(generation, Ordering::Release);
+    Ok(leaked)
+}
