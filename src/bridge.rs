@@ -11,7 +11,7 @@
 //! latencies this loop has seen lately, and other runnable tasks run during each tick.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -45,9 +45,7 @@ struct SlotState {
 
 impl Slot {
     pub fn new() -> Arc<Self> {
-        Arc::new(Slot {
-            state: Mutex::new(SlotState { outcome: None, waker: None }),
-        })
+        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }) })
     }
 
     /// Store the outcome; queue the slot on the loop if a task is parked on it.
@@ -103,6 +101,8 @@ pub struct LoopQueue {
     ready: Mutex<Vec<Arc<Slot>>>,
     /// Recent reply latency, an exponentially weighted average in nanoseconds.
     latency_ns: AtomicU64,
+    /// Commands of this loop not yet consumed by their awaitable.
+    in_flight: AtomicUsize,
 }
 
 impl LoopQueue {
@@ -120,6 +120,7 @@ impl LoopQueue {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             ready: Mutex::new(Vec::new()),
             latency_ns: AtomicU64::new(INITIAL_LATENCY_NS),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -158,6 +159,11 @@ impl LoopQueue {
     }
 
     fn spin_window_ns(&self) -> u64 {
+        if self.in_flight.load(Ordering::Relaxed) > 1 {
+            // Other commands are in flight: their replies arrive in batches, one eventfd
+            // wake-up serves them all, and polling would only burn the loop's time.
+            return 0;
+        }
         // Poll a little past the typical latency; beyond that the reply is late anyway.
         (self.latency_ns.load(Ordering::Relaxed) * 3 / 2).min(MAX_SPIN_NS)
     }
@@ -199,11 +205,17 @@ impl Bridge {
     }
 }
 
+/// Something an awaiting caller can prod to make progress on its own thread.
+pub trait Poller: Send + Sync {
+    fn poll(&self);
+}
+
 /// What `await` on a command returns: polls, then parks on an asyncio future.
 #[pyclass(module = "redoxide._redoxide")]
 pub struct Pending {
     slot: Arc<Slot>,
     bridge: Py<Bridge>,
+    poller: Option<Arc<dyn Poller>>,
     started: Option<Instant>,
     convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
 }
@@ -212,9 +224,11 @@ impl Pending {
     pub fn new(
         slot: Arc<Slot>,
         bridge: Py<Bridge>,
+        poller: Option<Arc<dyn Poller>>,
         convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
     ) -> Self {
-        Pending { slot, bridge, started: None, convert }
+        bridge.get().queue.in_flight.fetch_add(1, Ordering::Relaxed);
+        Pending { slot, bridge, poller, started: None, convert }
     }
 
     fn finish(&self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
@@ -226,6 +240,12 @@ impl Pending {
             Ok(value) => PyStopIteration::new_err((value,)),
             Err(err) => err,
         }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.bridge.get().queue.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -247,6 +267,12 @@ impl Pending {
         let started = *self.started.get_or_insert(now);
         let waited = u64::try_from(now.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
         if waited < self.bridge.get().queue.spin_window_ns() {
+            if let Some(poller) = &self.poller {
+                poller.poll();
+                if let Some(outcome) = self.slot.take() {
+                    return Err(self.finish(py, outcome));
+                }
+            }
             // A bare yield: asyncio runs this task again on the next loop iteration.
             return Ok(py.None());
         }

@@ -16,6 +16,7 @@ use redis::{Cmd, ConnectionLike, IntoConnectionInfo, Pipeline, RedisError, Value
 
 use crate::bridge::{Bridge, CompletionGuard, Pending, Slot};
 use crate::errors::{guard, Error, Result};
+use crate::mux::{Mux, MuxConfig, Target};
 use crate::reply::{self, Reply};
 use crate::runtime;
 
@@ -37,7 +38,10 @@ impl Request {
             cmd.args_iter().next().is_some_and(|a| match a {
                 redis::Arg::Simple(name) => {
                     let name = name.to_ascii_uppercase();
-                    matches!(name.as_slice(), b"GET" | b"MGET" | b"EXISTS" | b"PING" | b"TTL" | b"PTTL")
+                    matches!(
+                        name.as_slice(),
+                        b"GET" | b"MGET" | b"EXISTS" | b"PING" | b"TTL" | b"PTTL"
+                    )
                 }
                 _ => false,
             })
@@ -69,6 +73,9 @@ pub struct Client {
     addr: Arc<str>,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// Our own multiplexed connection for plain TCP and unix sockets.
+    mux: Option<Mux>,
+    /// redis-rs' reconnecting connection, for what `mux` does not speak (TLS).
     aio: Mutex<Option<(u64, ConnectionManager)>>,
 }
 
@@ -76,7 +83,9 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
     if value.is_finite() && value > 0.0 {
         Ok(Duration::from_secs_f64(value))
     } else {
-        Err(PyValueError::new_err(format!("{name} must be a positive number of seconds, got {value}")))
+        Err(PyValueError::new_err(format!(
+            "{name} must be a positive number of seconds, got {value}"
+        )))
     }
 }
 
@@ -86,10 +95,16 @@ impl Client {
     }
 
     fn connect_sync(&self) -> Result<redis::Connection> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|e| self.fail(&e))?;
+        let conn = self.client.get_connection_with_timeout(self.connect_timeout).map_err(|e| {
+            match Error::from_redis(&e, &self.addr) {
+                // Not answering the connect (or the handshake) is the server being away.
+                Error::Timeout(_) => Error::Connection(format!(
+                    "Connection to Redis at {} timed out after {:?}",
+                    self.addr, self.connect_timeout
+                )),
+                other => other,
+            }
+        })?;
         conn.set_read_timeout(Some(self.response_timeout)).map_err(|e| self.fail(&e))?;
         conn.set_write_timeout(Some(self.response_timeout)).map_err(|e| self.fail(&e))?;
         Ok(conn)
@@ -167,15 +182,19 @@ impl Client {
         Ok(manager)
     }
 
-    fn run_async(
-        &self,
-        bridge: Py<Bridge>,
-        req: Request,
-        convert: Convert,
-    ) -> PyResult<Pending> {
+    fn run_async(&self, bridge: Py<Bridge>, req: Request, convert: Convert) -> PyResult<Pending> {
+        let slot = Slot::new();
+        if let Some(mux) = &self.mux {
+            let (packed, expected) = match &req {
+                Request::Cmd(cmd) => (cmd.get_packed_command(), 1),
+                Request::Pipe(pipe) => (pipe.get_packed_pipeline(), pipe.len()),
+            };
+            let conn =
+                mux.submit(&packed, expected, Arc::clone(&slot), Arc::clone(&bridge.get().queue))?;
+            return Ok(Pending::new(slot, bridge, Some(conn), convert));
+        }
         let mut conn = self.aio_conn()?;
         let rt = runtime::get()?;
-        let slot = Slot::new();
         let completion = CompletionGuard::new(Arc::clone(&slot), Arc::clone(&bridge.get().queue));
         let addr = Arc::clone(&self.addr);
         // A hard bound over reconnecting plus answering, in case any layer below misbehaves.
@@ -196,7 +215,7 @@ impl Client {
             };
             completion.finish(outcome);
         });
-        Ok(Pending::new(slot, bridge, convert))
+        Ok(Pending::new(slot, bridge, None, convert))
     }
 
     fn run(
@@ -214,22 +233,27 @@ impl Client {
 }
 
 fn is_broken(err: &RedisError) -> bool {
-    err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_unrecoverable_error()
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_unrecoverable_error()
 }
 
 fn send_sync(conn: &mut redis::Connection, req: &Request) -> redis::RedisResult<Reply> {
     match req {
         Request::Cmd(cmd) => conn.req_command(cmd),
-        Request::Pipe(pipe) => conn
-            .req_packed_commands(&pipe.get_packed_pipeline(), 0, pipe.len())
-            .map(Value::Array),
+        Request::Pipe(pipe) => {
+            conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, pipe.len()).map(Value::Array)
+        }
     }
 }
 
 async fn send_async(conn: &mut ConnectionManager, req: &Request) -> redis::RedisResult<Reply> {
     match req {
         Request::Cmd(cmd) => conn.send_packed_command(cmd).await,
-        Request::Pipe(pipe) => conn.send_packed_commands(pipe, 0, pipe.len()).await.map(Value::Array),
+        Request::Pipe(pipe) => {
+            conn.send_packed_commands(pipe, 0, pipe.len()).await.map(Value::Array)
+        }
     }
 }
 
@@ -305,19 +329,52 @@ impl Client {
             if let Some(db) = db {
                 redis_settings = redis_settings.set_db(db);
             }
-            redis_settings = redis_settings.set_lib_name("redoxide", env!("CARGO_PKG_VERSION"));
+            // No CLIENT SETINFO: a connection without AUTH or SELECT then needs no handshake at all.
+            redis_settings = redis_settings.set_skip_set_lib_name();
             let addr: Arc<str> = info.addr().to_string().into();
             let info = info
                 .set_redis_settings(redis_settings)
                 .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-            let client = redis::Client::open(info)
-                .map_err(|e| Error::Config(format!("invalid LOCATION {}: {}", redact(url), e.category())))?;
+            let client = redis::Client::open(info).map_err(|e| {
+                Error::Config(format!("invalid LOCATION {}: {}", redact(url), e.category()))
+            })?;
+            let connect_timeout = secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?;
+            let response_timeout = secs("SOCKET_TIMEOUT", response_timeout)?;
+            let info = client.get_connection_info();
+            let target = match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port) => Some(Target::Tcp(host.clone(), *port)),
+                redis::ConnectionAddr::Unix(path) => Some(Target::Unix(path.clone())),
+                _ => None,
+            };
+            let mux = target.map(|target| {
+                let settings = info.redis_settings();
+                let mut handshake = Pipeline::new();
+                if let Some(password) = settings.password() {
+                    let mut auth = redis::cmd("AUTH");
+                    if let Some(user) = settings.username() {
+                        auth.arg(user);
+                    }
+                    handshake.add_command(auth.arg(password).clone());
+                }
+                if settings.db() != 0 {
+                    handshake.add_command(redis::cmd("SELECT").arg(settings.db()).clone());
+                }
+                Mux::new(MuxConfig {
+                    target,
+                    handshake_replies: handshake.len(),
+                    handshake: handshake.get_packed_pipeline(),
+                    connect_timeout,
+                    response_timeout,
+                    addr: Arc::clone(&addr),
+                })
+            });
             Ok(Client {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 client,
                 addr,
-                connect_timeout: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
-                response_timeout: secs("SOCKET_TIMEOUT", response_timeout)?,
+                connect_timeout,
+                response_timeout,
+                mux,
                 aio: Mutex::new(None),
             })
         })
@@ -364,7 +421,12 @@ impl Client {
 
     /// MGET keys -> a list of bytes or None, in order.
     #[pyo3(signature = (keys, bridge=None))]
-    fn mget(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+    fn mget(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
         guard(|| {
             let mut cmd = redis::cmd("MGET");
             for key in keys.try_iter()? {
@@ -417,7 +479,12 @@ impl Client {
 
     /// Run any command: `execute(("HSET", key, field, value))`.
     #[pyo3(signature = (args, bridge=None))]
-    fn execute(&self, py: Python<'_>, args: &Bound<'_, PyAny>, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+    fn execute(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
         guard(|| {
             let cmd = command_from(args)?;
             self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
@@ -427,7 +494,12 @@ impl Client {
     /// Run several commands in one round trip (not a transaction); return their replies.
     /// An error reply raises `ResponseError`.
     #[pyo3(signature = (commands, bridge=None))]
-    fn pipeline(&self, py: Python<'_>, commands: &Bound<'_, PyAny>, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+    fn pipeline(
+        &self,
+        py: Python<'_>,
+        commands: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
         guard(|| {
             let mut pipe = Pipeline::new();
             for args in commands.try_iter()? {
@@ -463,7 +535,8 @@ pub fn redact(url: &str) -> String {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let userinfo = &url[scheme_end + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
-            let shown = if userinfo.contains(':') { format!("{user}:***") } else { "***".to_owned() };
+            let shown =
+                if userinfo.contains(':') { format!("{user}:***") } else { "***".to_owned() };
             format!("{}{}{}", &url[..scheme_end + 3], shown, &url[at..])
         }
         _ => url.to_owned(),
@@ -490,7 +563,9 @@ mod tests {
 
     #[test]
     fn set_command_has_expiry_and_mode() {
-        let packed = String::from_utf8(set_cmd("k", b"v", Some(0), true, false).get_packed_command()).unwrap();
+        let packed =
+            String::from_utf8(set_cmd("k", b"v", Some(0), true, false).get_packed_command())
+                .unwrap();
         assert!(packed.contains("PX\r\n$1\r\n1\r\n"), "{packed}");
         assert!(packed.ends_with("NX\r\n"), "{packed}");
     }

@@ -54,7 +54,9 @@ impl Error {
             ErrorKind::AuthenticationFailed => Error::Connection(format!(
                 "Authentication to Redis at {addr} failed: check the username and password"
             )),
-            ErrorKind::InvalidClientConfig => Error::Config(format!("Invalid Redis settings: {err}")),
+            ErrorKind::InvalidClientConfig => {
+                Error::Config(format!("Invalid Redis settings: {err}"))
+            }
             ErrorKind::Server(_) | ErrorKind::Extension => {
                 Error::Response(format!("Redis at {addr} replied with an error: {err}"))
             }

@@ -3,7 +3,9 @@
 mod bridge;
 mod client;
 mod errors;
+mod mux;
 mod reply;
+mod resp;
 mod runtime;
 
 use pyo3::prelude::*;

@@ -58,13 +58,17 @@ fn build(generation: u64) -> Result<&'static Runtime> {
         // SAFETY: as above.
         return Ok(unsafe { &*current });
     }
-    let runtime = Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("redoxide-io")
+    // One I/O thread drives every connection: a current-thread scheduler on a thread of its own
+    // costs less per task than the work-stealing one, and one thread is all the sockets need.
+    let runtime = Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("cannot start the I/O runtime: {e}")))?;
     let leaked: &'static Runtime = Box::leak(Box::new(runtime));
+    std::thread::Builder::new()
+        .name("redoxide-io".into())
+        .spawn(move || leaked.block_on(std::future::pending::<()>()))
+        .map_err(|e| Error::Internal(format!("cannot start the I/O thread: {e}")))?;
     RUNTIME.store(std::ptr::from_ref(leaked).cast_mut(), Ordering::Release);
     RUNTIME_GENERATION.store(generation, Ordering::Release);
     Ok(leaked)

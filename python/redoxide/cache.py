@@ -130,7 +130,6 @@ class RedisCache(BaseCache):
         self._fast_pickle = type(self._serializer) is PickleSerializer
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
         self._compress = type(self._compressor) is not IdentityCompressor
-        self._plain_keys = self.key_func is default_key_func
         self._fail_open = self._config.ignore_exceptions
 
     def __repr__(self) -> str:
@@ -142,7 +141,7 @@ class RedisCache(BaseCache):
     def _key(self, key: Any, version: int | None) -> str:
         if version is None:
             version = self.version
-        if self._plain_keys:
+        if self.key_func is default_key_func:
             made = f"{self.key_prefix}:{version}:{key}"
         else:
             made = self.key_func(key, self.key_prefix, version)

@@ -5,6 +5,7 @@ raises ImproperlyConfigured naming the option."""
 from __future__ import annotations
 
 import math
+import pickle
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,8 +183,15 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
             raise _fail(names["db"], f"must be a non-negative integer, not {db!r}")
         kwargs["db"] = db
     protocol = opts.get("pickle_protocol")
-    if protocol is not None and (isinstance(protocol, bool) or not isinstance(protocol, int)):
-        raise _fail(names["pickle_protocol"], f"must be an integer, not {protocol!r}")
+    if protocol is not None and (
+        isinstance(protocol, bool)
+        or not isinstance(protocol, int)
+        or not -1 <= protocol <= pickle.HIGHEST_PROTOCOL
+    ):
+        raise _fail(
+            names["pickle_protocol"],
+            f"must be a pickle protocol from -1 to {pickle.HIGHEST_PROTOCOL}, not {protocol!r}",
+        )
     if "serializer" in opts:
         serializer = _instance(names["serializer"], opts["serializer"], protocol=protocol)
         if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
