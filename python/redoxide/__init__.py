@@ -1,6 +1,6 @@
 """redoxide: a Django cache backend for Redis and Valkey with a Rust core and native async.
 
-    CACHES = {"default": {"BACKEND": "redoxide.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}}
+CACHES = {"default": {"BACKEND": "redoxide.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}}
 """
 
 from redoxide.cache import RedisCache, ValkeyCache

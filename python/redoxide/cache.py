@@ -323,7 +323,7 @@ class RedisCache(BaseCache):
             return {}
         made = [self._key(k, version) for k in keys]
         values = yield self._client.mget, (made,)
-        return {k: self._decode(v, k) for k, v in zip(keys, values) if v is not None}
+        return {k: self._decode(v, k) for k, v in zip(keys, values, strict=True) if v is not None}
 
     def _set_many(self, data: dict[Any, Any], timeout: Any, version: int | None) -> Plan[list[Any]]:
         if not data:
@@ -371,9 +371,7 @@ class RedisCache(BaseCache):
             raise ValueError(f"Key '{key}' not found.")
         return version + delta
 
-    def _get_or_set(
-        self, key: Any, default: Any, timeout: Any, version: int | None
-    ) -> Plan[Any]:
+    def _get_or_set(self, key: Any, default: Any, timeout: Any, version: int | None) -> Plan[Any]:
         made = self._key(key, version)
         c = self._client
         data = yield c.get, (made,)
@@ -485,10 +483,10 @@ class RedisCache(BaseCache):
     ) -> Any:
         return await self._arun(self._get_or_set(key, default, timeout, version))
 
-    def clear(self) -> bool:
+    def clear(self) -> bool:  # type: ignore[override]  # Django's builtin returns bool too
         return self._run(self._clear(), False)
 
-    async def aclear(self) -> bool:
+    async def aclear(self) -> bool:  # type: ignore[override]
         return await self._arun(self._clear(), False)
 
     def close(self, **kwargs: Any) -> None:

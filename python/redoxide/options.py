@@ -19,9 +19,7 @@ from redoxide.serializers import PickleSerializer, Serializer
 
 __all__ = ["Config", "parse_config", "parse_location"]
 
-SCHEMES = frozenset(
-    {"redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"}
-)
+SCHEMES = frozenset({"redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"})
 DEFAULT_SOCKET_TIMEOUT = 2.0
 DEFAULT_CONNECT_TIMEOUT = 1.0
 
@@ -95,7 +93,8 @@ def parse_location(location: Any) -> tuple[str, ...]:
         urls = [u.strip() if isinstance(u, str) else u for u in location]
     else:
         raise ConfigurationError(
-            f"redoxide: LOCATION must be a URL string or a list of them, not {type(location).__name__}"
+            "redoxide: LOCATION must be a URL string or a list of them, "
+            f"not {type(location).__name__}"
         )
     urls = [u for u in urls if u != ""]
     if not urls:
@@ -194,14 +193,21 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         )
     if "serializer" in opts:
         serializer = _instance(names["serializer"], opts["serializer"], protocol=protocol)
-        if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
+        if not (
+            callable(getattr(serializer, "dumps", None))
+            and callable(getattr(serializer, "loads", None))
+        ):
             raise _fail(names["serializer"], "must have dumps() and loads() methods")
         kwargs["serializer"] = serializer
     elif protocol is not None:
         kwargs["serializer"] = PickleSerializer(protocol=protocol)
     min_length = opts.get("compress_min_length")
-    if min_length is not None and (isinstance(min_length, bool) or not isinstance(min_length, int) or min_length < 0):
-        raise _fail(names["compress_min_length"], f"must be a non-negative integer, not {min_length!r}")
+    if min_length is not None and (
+        isinstance(min_length, bool) or not isinstance(min_length, int) or min_length < 0
+    ):
+        raise _fail(
+            names["compress_min_length"], f"must be a non-negative integer, not {min_length!r}"
+        )
     if "compressor" in opts:
         compressor = _instance(names["compressor"], opts["compressor"], min_length=min_length)
         for method in ("compress", "decompress", "is_compressed"):
