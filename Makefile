@@ -1,0 +1,112 @@
+# redoxide developer commands. `make` (or `make help`) lists them.
+#
+# `make install` is idempotent and cheap when nothing changed: system packages are installed
+# only when missing, the venv only when absent, requirements only when requirements-dev.txt
+# changed, and the Rust extension only when Rust sources or build configuration changed.
+# `maturin develop` installs the package in editable mode (a .pth file pointing at python/ and
+# the compiled module copied into python/redoxide/), so edits to python/redoxide/*.py take
+# effect without a rebuild.
+
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+MAKEFLAGS += --no-print-directory
+
+PYTHON3 ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PYTEST_ARGS ?=
+# Pure Rust unit tests. Debug profile on purpose: `cargo test` builds without maturin's PyO3
+# environment, so sharing the release profile with `maturin develop --release` would make the
+# two rebuild pyo3 (and re-run fat LTO) each time the other ran.
+CARGO_TEST_ARGS ?= --lib
+
+DEPS_STAMP := $(VENV)/.redoxide-deps.stamp
+BUILD_STAMP := $(VENV)/.redoxide-build.stamp
+RUST_INPUTS := $(shell find src -name '*.rs' 2>/dev/null) $(wildcard build.rs Cargo.toml Cargo.lock) pyproject.toml
+# Rebuild when the compiled module is missing from the source tree (fresh clone, `make clean`).
+EXT_MODULE := $(wildcard python/redoxide/_redoxide*.so)
+
+# rustup installs cargo here; PyO3's build script must see the venv's interpreter.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PYO3_PYTHON := $(abspath $(PY))
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help install build test test-django42 lint fmt demo bench wheel all clean distclean system-deps FORCE
+
+help: ## Show this list of targets (the default goal)
+	@echo "redoxide: make <target>"
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z_-]+:[^#]*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+install: system-deps $(BUILD_STAMP) ## Install redis-server, the .venv, dev requirements and redoxide (release build)
+
+system-deps: ## Install missing system packages (redis-server, redis-tools, a C compiler, Rust)
+	@bash scripts/ensure_system_deps.sh
+
+$(PY):
+	$(PYTHON3) -m venv $(VENV)
+
+$(DEPS_STAMP): requirements-dev.txt | $(PY)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+$(BUILD_STAMP): $(RUST_INPUTS) $(DEPS_STAMP) $(if $(EXT_MODULE),,FORCE)
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release
+	@touch $@
+
+build: system-deps $(DEPS_STAMP) ## Rebuild the Rust extension into .venv now (maturin develop --release)
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release
+	@touch $(BUILD_STAMP)
+
+test: install ## Run the Python tests (pytest) and the Rust unit tests (cargo test)
+	$(PY) -m pytest $(PYTEST_ARGS)
+	LD_LIBRARY_PATH="$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+		cargo test $(CARGO_TEST_ARGS)
+
+VENV42 := .venv-django42
+DJANGO42_STAMP := $(VENV42)/.redoxide-deps.stamp
+
+$(DJANGO42_STAMP): $(BUILD_STAMP)
+	$(PYTHON3) -m venv $(VENV42)
+	$(VENV42)/bin/pip install --quiet "django>=4.2,<4.3" "pytest>=8" "pytest-timeout>=2.3" "redis>=5" "uvloop>=0.19"
+	@# Use the package and extension built in place by `maturin develop`.
+	$(VENV42)/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'
+	@touch $@
+
+test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
+	$(VENV42)/bin/python -m pytest tests/test_contract.py tests/test_async_contract.py $(PYTEST_ARGS)
+
+lint: system-deps $(DEPS_STAMP) ## Check formatting, clippy, ruff and mypy (changes nothing)
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: $(DEPS_STAMP) ## Format Rust and Python sources in place and apply safe ruff fixes
+	cargo fmt --all
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+demo: install ## Run examples/ under uvicorn against a throwaway redis-server and show what happens
+	$(PY) scripts/demo.py
+
+bench: install ## Run the benchmarks, idle-host regime then busy-host regime (--busy)
+	$(PY) benchmarks/bench.py
+	$(PY) benchmarks/bench.py --busy
+
+wheel: system-deps $(DEPS_STAMP) ## Build the abi3 release wheel into dist/
+	$(BIN)/maturin build --release --out dist --interpreter $(PY)
+
+all: lint test ## Everything CI checks: lint, then the tests
+
+clean: ## Remove build outputs and caches (target/, dist/, the compiled module); keeps .venv
+	rm -rf target dist build .pytest_cache .mypy_cache .ruff_cache benchmarks/results/*.tmp
+	rm -f python/redoxide/_redoxide*.so $(BUILD_STAMP)
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean ## Also remove .venv
+	rm -rf $(VENV) $(VENV42)
+
+FORCE:

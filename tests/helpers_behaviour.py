@@ -1,0 +1,193 @@
+"""Helpers for the behaviour suites (timeouts and keys, compatibility, options, faults,
+connections): sync/async dispatch, the backend's exception classes, a raw redis-py client,
+custom key functions and serializers importable by dotted path, and a round-trip counting
+TCP proxy.
+
+Import by bare module name (tests/ is on sys.path): ``from helpers_behaviour import Ops``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import selectors
+import socket
+import threading
+from collections.abc import Callable, Coroutine
+from types import SimpleNamespace
+from typing import Any
+
+from conftest import is_redoxide
+
+MODES = ("sync", "async")
+
+
+class Ops:
+    """Call a cache method by its sync name, either directly or through its async twin.
+
+    ``Ops(cache, "async").set("k", 1)`` runs ``asyncio.run(cache.aset("k", 1))``, so one
+    scenario body checks both paths (and every async call runs on a fresh event loop).
+    """
+
+    def __init__(self, cache: Any, mode: str) -> None:
+        self.cache = cache
+        self.mode = mode
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if self.mode == "sync":
+            method: Callable[..., Any] = getattr(self.cache, name)
+            return method
+        amethod: Callable[..., Coroutine[Any, Any, Any]] = getattr(self.cache, "a" + name)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return asyncio.run(amethod(*args, **kwargs))
+
+        return run
+
+
+def backend_errors() -> SimpleNamespace:
+    """Return the exception classes of the backend under test.
+
+    For a reference backend (Django's builtin RedisCache, used while redoxide is being built)
+    the closest redis-py classes stand in, so the suite can check itself.
+    """
+    if is_redoxide():
+        from redoxide import exceptions as rx
+
+        return SimpleNamespace(
+            CacheError=rx.CacheError,
+            ConnectionInterrupted=rx.ConnectionInterrupted,
+            CacheTimeout=rx.CacheTimeout,
+            ResponseError=rx.ResponseError,
+            SerializationError=rx.SerializationError,
+            InternalError=rx.InternalError,
+        )
+    import pickle
+
+    import redis.exceptions as rpy
+
+    return SimpleNamespace(
+        CacheError=Exception,
+        ConnectionInterrupted=rpy.ConnectionError,
+        CacheTimeout=rpy.TimeoutError,
+        ResponseError=rpy.ResponseError,
+        SerializationError=pickle.UnpicklingError,
+        InternalError=None,
+    )
+
+
+def raw_client(port: int, db: int = 0, password: str | None = None) -> Any:
+    """Return a redis-py client (raw bytes, no decoding) to inspect what the backend stored."""
+    import redis
+
+    return redis.Redis(host="127.0.0.1", port=port, db=db, password=password)
+
+
+# Key functions and serializers, importable by dotted path ("helpers_behaviour.NAME").
+
+
+def custom_key_func(key: str, key_prefix: str, version: int) -> str:
+    """Build keys as "custom|prefix|version|key" (a layout the default never makes)."""
+    return f"custom|{key_prefix}|{version}|{key}"
+
+
+class JSONSerializer:
+    """A minimal serializer with dumps/loads, writing compact JSON."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def dumps(self, value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+class CountingProxy:
+    """A TCP proxy in front of a Redis server that counts client round trips.
+
+    A round trip ("turn") starts whenever the client sends bytes after the server has
+    answered (or for the first time): a pipelined batch written at once is one turn, while
+    N commands each waiting for its reply are N turns. Call ``reset()`` after warming the
+    connections up so handshakes (HELLO, SELECT, ...) are not counted.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._turns = 0
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="CountingProxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def turns(self) -> int:
+        with self._lock:
+            return self._turns
+
+    def reset(self) -> None:
+        with self._lock:
+            self._turns = 0
+
+    def _run(self) -> None:
+        # Per client socket: [peer socket, "c2s" or "s2c" for the last direction seen].
+        while not self._stopping:
+            for key, _ in self._sel.select(timeout=0.5):
+                if key.data == "wake":
+                    return
+                if key.data is None:
+                    client, _ = self._listener.accept()
+                    server = socket.create_connection(("127.0.0.1", self.target_port))
+                    for sock in (client, server):
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    state: list[Any] = [None]
+                    self._sel.register(client, selectors.EVENT_READ, ("c2s", server, state))
+                    self._sel.register(server, selectors.EVENT_READ, ("s2c", client, state))
+                    continue
+                direction, peer, state = key.data
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    for s in (sock, peer):
+                        with contextlib.suppress(KeyError, ValueError):
+                            self._sel.unregister(s)
+                        s.close()
+                    continue
+                if direction == "c2s" and state[0] != "c2s":
+                    with self._lock:
+                        self._turns += 1
+                state[0] = direction
+                peer.sendall(data)
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake_w.send(b"x")
+        self._thread.join(5)
+        for key in list(self._sel.get_map().values()):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            sock.close()
+        self._sel.close()
+        self._wake_w.close()
+
+    def __enter__(self) -> CountingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
