@@ -83,6 +83,7 @@ lint: system-deps $(DEPS_STAMP) ## Check formatting, clippy, ruff and mypy (chan
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(PY) -m mypy.stubtest redoxide._redoxide
 
 fmt: $(DEPS_STAMP) ## Format Rust and Python sources in place and apply safe ruff fixes
 	cargo fmt --all

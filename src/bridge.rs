@@ -174,14 +174,19 @@ impl LoopQueue {
 #[pyclass(module = "redoxide._redoxide", frozen)]
 pub struct Bridge {
     pub queue: Arc<LoopQueue>,
+    /// A weak reference: the loop owns the bridge (through its reader callback), not the
+    /// other way round, so a finished loop and its eventfd are freed.
     event_loop: Py<PyAny>,
 }
 
 #[pymethods]
 impl Bridge {
     #[new]
-    fn new(event_loop: Py<PyAny>) -> PyResult<Self> {
-        Ok(Bridge { queue: Arc::new(LoopQueue::new()?), event_loop })
+    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = event_loop.py();
+        let weak =
+            py.import(intern!(py, "weakref"))?.getattr(intern!(py, "ref"))?.call1((event_loop,))?;
+        Ok(Bridge { queue: Arc::new(LoopQueue::new()?), event_loop: weak.unbind() })
     }
 
     /// Return the eventfd to watch for readability.
@@ -277,7 +282,8 @@ impl Pending {
             return Ok(py.None());
         }
         let bridge = self.bridge.get();
-        let future = bridge.event_loop.bind(py).call_method0(intern!(py, "create_future"))?;
+        let event_loop = bridge.event_loop.bind(py).call0()?;
+        let future = event_loop.call_method0(intern!(py, "create_future"))?;
         {
             let mut state = lock(&self.slot.state);
             if let Some(outcome) = state.outcome.take() {

@@ -5,6 +5,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, final
 
 __version__: str
+__all__ = ["Bridge", "Client", "Pending", "__version__", "panic_for_tests"]
 
 @final
 class Client:
