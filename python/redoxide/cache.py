@@ -149,6 +149,20 @@ class RedisCache(BaseCache):
             self.validate_key(made)
         return made
 
+    def _keys(self, keys: Iterable[Any], version: int | None) -> list[str]:
+        """Make many keys at once (the per-key work of get_many and friends)."""
+        if version is None:
+            version = self.version
+        if self.key_func is default_key_func:
+            base = f"{self.key_prefix}:{version}:"
+            made = [base + k if type(k) is str else f"{base}{k}" for k in keys]
+        else:
+            made = [self.key_func(k, self.key_prefix, version) for k in keys]
+        for m in made:
+            if len(m) > MEMCACHE_MAX_KEY_LENGTH or _UNSAFE_KEY.search(m):
+                self.validate_key(m)
+        return made
+
     def make_and_validate_key(self, key: Any, version: int | None = None) -> str:
         return self._key(key, version)
 
@@ -203,6 +217,25 @@ class RedisCache(BaseCache):
             raise SerializationError(
                 f"cannot decode the value stored for key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _encode_many(self, values: Iterable[Any]) -> list[bytes]:
+        if self._fast_pickle and not self._compress:
+            dumps, protocol = pickle.dumps, self._protocol
+            return [b"%d" % v if type(v) is int else dumps(v, protocol) for v in values]
+        return [self._encode(v) for v in values]
+
+    def _decode_many(self, keys: list[Any], values: list[bytes | None]) -> dict[Any, Any]:
+        if self._fast_pickle:
+            loads = pickle.loads
+            try:
+                return {
+                    k: loads(v) if v[:1] == b"\x80" else self._decode(v, k)
+                    for k, v in zip(keys, values, strict=True)
+                    if v is not None
+                }
+            except Exception:  # redone below, to name the key that failed
+                pass
+        return {k: self._decode(v, k) for k, v in zip(keys, values, strict=True) if v is not None}
 
     # -- drivers ----------------------------------------------------------------------------
 
@@ -288,6 +321,26 @@ class RedisCache(BaseCache):
         except self._TRANSPORT_ERRORS as exc:
             self._failed(exc, None)
 
+    def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        keys = list(keys)
+        if not keys:
+            return {}
+        try:
+            values = self._client.mget(self._keys(keys, version))
+        except self._TRANSPORT_ERRORS as exc:
+            return self._failed(exc, {})  # type: ignore[no-any-return]
+        return self._decode_many(keys, values)
+
+    async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        keys = list(keys)
+        if not keys:
+            return {}
+        try:
+            values = await self._client.mget(self._keys(keys, version), _bridge())
+        except self._TRANSPORT_ERRORS as exc:
+            return self._failed(exc, {})  # type: ignore[no-any-return]
+        return self._decode_many(keys, values)
+
     # -- plans ---------------------------------------------------------------------------------
 
     def _add(self, key: Any, value: Any, timeout: Any, version: int | None) -> Plan[bool]:
@@ -317,19 +370,11 @@ class RedisCache(BaseCache):
     def _has_key(self, key: Any, version: int | None) -> Plan[bool]:
         return bool((yield self._client.execute, (("EXISTS", self._key(key, version)),)))
 
-    def _get_many(self, keys: Iterable[Any], version: int | None) -> Plan[dict[Any, Any]]:
-        keys = list(keys)
-        if not keys:
-            return {}
-        made = [self._key(k, version) for k in keys]
-        values = yield self._client.mget, (made,)
-        return {k: self._decode(v, k) for k, v in zip(keys, values, strict=True) if v is not None}
-
     def _set_many(self, data: dict[Any, Any], timeout: Any, version: int | None) -> Plan[list[Any]]:
         if not data:
             return []
-        made = [self._key(k, version) for k in data]
-        values = [self._encode(v) for v in data.values()]
+        made = self._keys(data, version)
+        values = self._encode_many(data.values())
         ttl = self._ttl_ms(timeout)
         if ttl == 0:
             yield self._client.execute, (("DEL", *made),)
@@ -338,7 +383,7 @@ class RedisCache(BaseCache):
         return []
 
     def _delete_many(self, keys: Iterable[Any], version: int | None) -> Plan[None]:
-        made = [self._key(k, version) for k in keys]
+        made = self._keys(keys, version)
         if made:
             yield self._client.execute, (("DEL", *made),)
 
@@ -426,12 +471,6 @@ class RedisCache(BaseCache):
 
     async def ahas_key(self, key: Any, version: int | None = None) -> bool:
         return await self._arun(self._has_key(key, version), False)
-
-    def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
-        return self._run(self._get_many(keys, version), {})
-
-    async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
-        return await self._arun(self._get_many(keys, version), {})
 
     def set_many(
         self, data: dict[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
