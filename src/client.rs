@@ -14,6 +14,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{Cmd, ConnectionLike, IntoConnectionInfo, Pipeline, RedisError, Value};
 
+use crate::blocking::Blocking;
 use crate::bridge::{Bridge, CompletionGuard, Pending, Slot};
 use crate::errors::{guard, Error, Result};
 use crate::mux::{Mux, MuxConfig, Target};
@@ -53,10 +54,32 @@ impl Request {
     }
 }
 
+/// A thread's connection: our own for TCP and unix sockets, redis-rs' for TLS.
+enum Link {
+    Own(Blocking),
+    Redis(redis::Connection),
+}
+
+impl Link {
+    fn is_stale(&self) -> bool {
+        match self {
+            Link::Own(conn) => conn.is_stale(),
+            Link::Redis(_) => false,
+        }
+    }
+}
+
 struct SyncConn {
     client_id: u64,
     generation: u64,
-    conn: redis::Connection,
+    link: Link,
+}
+
+fn pack(req: &Request) -> (Vec<u8>, usize) {
+    match req {
+        Request::Cmd(cmd) => (cmd.get_packed_command(), 1),
+        Request::Pipe(pipe) => (pipe.get_packed_pipeline(), pipe.len()),
+    }
 }
 
 thread_local! {
@@ -73,6 +96,8 @@ pub struct Client {
     addr: Arc<str>,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// Where and how to connect, for our own connections (plain TCP and unix sockets).
+    server: Option<Arc<MuxConfig>>,
     /// Our own multiplexed connection for plain TCP and unix sockets.
     mux: Option<Mux>,
     /// redis-rs' reconnecting connection, for what `mux` does not speak (TLS).
@@ -110,44 +135,75 @@ impl Client {
         Ok(conn)
     }
 
+    fn connect_link(&self) -> Result<Link> {
+        match &self.server {
+            Some(server) => Blocking::connect(server).map(Link::Own),
+            None => self.connect_sync().map(Link::Redis),
+        }
+    }
+
+    fn send_link(&self, link: &mut Link, req: &Request) -> Result<Reply> {
+        match link {
+            Link::Own(conn) => {
+                let (packed, expected) = pack(req);
+                conn.request(
+                    &packed,
+                    expected,
+                    self.server.as_deref().ok_or_else(|| {
+                        Error::Internal("own connection without server settings".into())
+                    })?,
+                )
+            }
+            Link::Redis(conn) => send_sync(conn, req).map_err(|e| self.fail(&e)),
+        }
+    }
+
     /// Run one request on this thread's connection (made on first use, remade after errors).
     fn exec_sync(&self, req: &Request) -> Result<Reply> {
         let generation = runtime::generation();
         SYNC_CONNS
             .try_with(|cell| {
                 let mut conns = cell.borrow_mut();
+                let found = conns.iter().position(|c| c.client_id == self.id);
                 let mut reused = false;
-                let index = match conns.iter().position(|c| c.client_id == self.id) {
-                    Some(i) if conns[i].generation == generation => {
+                let index = match found {
+                    Some(i) if conns[i].generation == generation && !conns[i].link.is_stale() => {
                         reused = true;
                         i
                     }
-                    stale => {
-                        if let Some(i) = stale {
-                            // Inherited across fork(): the socket is the parent's. Leave it alone.
-                            std::mem::forget(conns.swap_remove(i));
+                    other => {
+                        if let Some(i) = other {
+                            let old = conns.swap_remove(i);
+                            if old.generation != generation {
+                                // Inherited across fork(): the socket is the parent's too.
+                                std::mem::forget(old);
+                            }
                         }
-                        let conn = self.connect_sync()?;
-                        conns.push(SyncConn { client_id: self.id, generation, conn });
+                        conns.push(SyncConn {
+                            client_id: self.id,
+                            generation,
+                            link: self.connect_link()?,
+                        });
                         conns.len() - 1
                     }
                 };
-                let mut result = send_sync(&mut conns[index].conn, req);
+                let mut result = self.send_link(&mut conns[index].link, req);
                 if let Err(err) = &result {
-                    if is_broken(err) {
+                    if matches!(err, Error::Connection(_) | Error::Timeout(_) | Error::Internal(_))
+                    {
+                        // The connection may be out of step with the server: never reuse it.
                         conns.swap_remove(index);
-                        // A connection that sat idle may have been closed by a server restart;
-                        // a read is safe to replay once on a fresh connection.
-                        if reused && err.is_connection_dropped() && req.is_idempotent() {
-                            let mut conn = self.connect_sync()?;
-                            result = send_sync(&mut conn, req);
-                            if result.as_ref().map_or_else(|e| !is_broken(e), |_| true) {
-                                conns.push(SyncConn { client_id: self.id, generation, conn });
+                        // A read that met a connection closed under it is safe to replay once.
+                        if reused && matches!(err, Error::Connection(_)) && req.is_idempotent() {
+                            let mut link = self.connect_link()?;
+                            result = self.send_link(&mut link, req);
+                            if !matches!(result, Err(Error::Connection(_) | Error::Timeout(_))) {
+                                conns.push(SyncConn { client_id: self.id, generation, link });
                             }
                         }
                     }
                 }
-                result.map_err(|e| self.fail(&e))
+                result
             })
             .unwrap_or_else(|_| Err(Error::Internal("thread is shutting down".into())))
     }
@@ -185,10 +241,7 @@ impl Client {
     fn run_async(&self, bridge: Py<Bridge>, req: Request, convert: Convert) -> PyResult<Pending> {
         let slot = Slot::new();
         if let Some(mux) = &self.mux {
-            let (packed, expected) = match &req {
-                Request::Cmd(cmd) => (cmd.get_packed_command(), 1),
-                Request::Pipe(pipe) => (pipe.get_packed_pipeline(), pipe.len()),
-            };
+            let (packed, expected) = pack(&req);
             let conn =
                 mux.submit(&packed, expected, Arc::clone(&slot), Arc::clone(&bridge.get().queue))?;
             return Ok(Pending::new(slot, bridge, Some(conn), convert));
@@ -230,13 +283,6 @@ impl Client {
             Some(bridge) => Ok(Py::new(py, self.run_async(bridge, req, convert)?)?.into_any()),
         }
     }
-}
-
-fn is_broken(err: &RedisError) -> bool {
-    err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_unrecoverable_error()
 }
 
 fn send_sync(conn: &mut redis::Connection, req: &Request) -> redis::RedisResult<Reply> {
@@ -346,7 +392,7 @@ impl Client {
                 redis::ConnectionAddr::Unix(path) => Some(Target::Unix(path.clone())),
                 _ => None,
             };
-            let mux = target.map(|target| {
+            let server = target.map(|target| {
                 let settings = info.redis_settings();
                 let mut handshake = Pipeline::new();
                 if let Some(password) = settings.password() {
@@ -359,7 +405,7 @@ impl Client {
                 if settings.db() != 0 {
                     handshake.add_command(redis::cmd("SELECT").arg(settings.db()).clone());
                 }
-                Mux::new(MuxConfig {
+                Arc::new(MuxConfig {
                     target,
                     handshake_replies: handshake.len(),
                     handshake: handshake.get_packed_pipeline(),
@@ -368,12 +414,14 @@ impl Client {
                     addr: Arc::clone(&addr),
                 })
             });
+            let mux = server.as_ref().map(|server| Mux::new(Arc::clone(server)));
             Ok(Client {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 client,
                 addr,
                 connect_timeout,
                 response_timeout,
+                server,
                 mux,
                 aio: Mutex::new(None),
             })

@@ -1,5 +1,6 @@
 //! redoxide's Rust core: connections, commands and the asyncio bridge. Module assembly only.
 
+mod blocking;
 mod bridge;
 mod client;
 mod errors;

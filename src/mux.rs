@@ -283,8 +283,8 @@ pub struct Mux {
 }
 
 impl Mux {
-    pub fn new(config: MuxConfig) -> Self {
-        Mux { config: Arc::new(config), current: Mutex::new(None) }
+    pub fn new(config: Arc<MuxConfig>) -> Self {
+        Mux { config, current: Mutex::new(None) }
     }
 
     /// The live connection, or a new one being made.

@@ -14,7 +14,8 @@ import json
 import selectors
 import socket
 import threading
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -82,6 +83,29 @@ def raw_client(port: int, db: int = 0, password: str | None = None) -> Any:
     import redis
 
     return redis.Redis(host="127.0.0.1", port=port, db=db, password=password)
+
+
+@contextlib.contextmanager
+def blackhole_port() -> Iterator[int]:
+    """Yield a loopback port whose listener never accepts and whose backlog is full, so a
+    connect() to it hangs until the client's connect timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port: int = listener.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        for sock in [*fillers, listener]:
+            sock.close()
 
 
 # Key functions and serializers, importable by dotted path ("helpers_behaviour.NAME").

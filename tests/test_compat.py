@@ -175,6 +175,15 @@ def test_reference_backend_incr_on_a_value_we_wrote(
     assert redis_client.get("compat:2:counter") == b"13"
 
 
+def test_incr_beyond_64_bits_on_a_value_the_builtin_wrote(
+    backends: dict[str, Any], redis_client: Any
+) -> None:
+    backends["builtin"].set("big", 2**70)
+    assert backends["under_test"].incr("big") == 2**70 + 1
+    assert redis_client.get("compat:2:big") == str(2**70 + 1).encode()
+    assert backends["builtin"].get("big") == 2**70 + 1
+
+
 def test_async_incr_on_a_value_the_builtin_wrote(backends: dict[str, Any]) -> None:
     import asyncio
 

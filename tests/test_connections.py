@@ -160,6 +160,38 @@ def test_thread_instances_share_connections_bounded_by_threads(
     assert count <= n_threads + 1, f"{count} connections for {n_threads} threads"
 
 
+def test_short_lived_threads_do_not_accumulate_connections(
+    fresh_redis_server: RedisServer,
+) -> None:
+    # Django's runserver and sync_to_async pools use the cache from threads that come and go.
+    server = fresh_redis_server
+    cache = build_cache(server.url, {})
+    cache.set("k", 1)
+    for _ in range(30):
+        thread = threading.Thread(target=cache.get, args=("k",))
+        thread.start()
+        thread.join(10)
+    deadline = time.monotonic() + 2
+    while len(client_ids(server)) > 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(client_ids(server)) <= 3
+
+
+def test_event_loops_do_not_leak_file_descriptors(fresh_redis_server: RedisServer) -> None:
+    import os
+
+    cache = build_cache(fresh_redis_server.url, {})
+    asyncio.run(cache.aset("k", 1))
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    for _ in range(200):
+        assert asyncio.run(cache.aget("k")) == 1
+    assert open_fds() <= before + 5
+
+
 def test_close_keeps_the_shared_connections(fresh_redis_server: RedisServer) -> None:
     server = fresh_redis_server
     cache = build_cache(server.url, {})

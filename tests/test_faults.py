@@ -13,7 +13,6 @@ import os
 import pickle
 import select
 import signal
-import socket
 import threading
 import time
 import traceback
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 from conftest import build_cache, is_redoxide
-from helpers_behaviour import MODES, Ops, backend_errors
+from helpers_behaviour import MODES, Ops, backend_errors, blackhole_port
 from redis_server import REDIS_CLI, RedisServer, free_port
 
 CONNECT_TIMEOUT = 0.5
@@ -71,31 +70,15 @@ def test_dead_server_raises_connection_interrupted(mode: str) -> None:
 
 
 @pytest.fixture
-def blackhole_port() -> Iterator[int]:
-    """Yield a port whose listener never accepts and whose backlog is full: connects hang."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port: int = listener.getsockname()[1]
-    fillers = []
-    for _ in range(3):
-        filler = socket.socket()
-        filler.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            filler.connect(("127.0.0.1", port))
-        fillers.append(filler)
-    time.sleep(0.05)
-    yield port
-    for sock in [*fillers, listener]:
-        sock.close()
+def blackhole() -> Iterator[int]:
+    with blackhole_port() as port:
+        yield port
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_unreachable_server_fails_within_the_connect_timeout(
-    blackhole_port: int, mode: str
-) -> None:
+def test_unreachable_server_fails_within_the_connect_timeout(blackhole: int, mode: str) -> None:
     errors = backend_errors()
-    ops = Ops(cache_on(f"redis://127.0.0.1:{blackhole_port}/0"), mode)
+    ops = Ops(cache_on(f"redis://127.0.0.1:{blackhole}/0"), mode)
     raises_within(CONNECT_TIMEOUT + MARGIN, errors.ConnectionInterrupted, lambda: ops.get("k"))
     raises_within(CONNECT_TIMEOUT + MARGIN, errors.ConnectionInterrupted, lambda: ops.set("k", 1))
 
@@ -120,14 +103,15 @@ def test_stalled_server_raises_cache_timeout_then_recovers(
     server = paused_guard
     errors = backend_errors()
     ops = Ops(cache_on(server.url), mode)
-    ops.set("a", "A")
+    ops.set_many({"a": "A", "x": "X"})
     server.pause()
-    error = raises_within(RESPONSE_TIMEOUT + MARGIN, errors.CacheTimeout, lambda: ops.get("a"))
+    error = raises_within(RESPONSE_TIMEOUT + MARGIN, errors.CacheTimeout, lambda: ops.get("x"))
     assert isinstance(error, TimeoutError)  # drop-in for `except TimeoutError`
     assert isinstance(error, errors.CacheError)
     raises_within(RESPONSE_TIMEOUT + MARGIN, errors.CacheTimeout, lambda: ops.set("b", "B"))
     server.resume()
-    # The late replies to the timed-out commands must not be read as answers to new ones.
+    # The late replies to the timed-out commands (b"X", OK) must not be read as the answers
+    # to new ones: a desynchronised connection would answer get("a") with "X".
     ops.set("c", "C")
     assert ops.get("a") == "A"
     assert ops.get("c") == "C"
@@ -223,6 +207,22 @@ def test_server_restart_mid_use_recovers(fresh_redis_server: RedisServer, mode: 
     for i in range(10):
         ops.set(f"k{i}", i)
     assert ops.get_many([f"k{i}" for i in range(10)]) == {f"k{i}": i for i in range(10)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_first_call_after_an_idle_restart_succeeds(
+    fresh_redis_server: RedisServer, mode: str
+) -> None:
+    # The restarted server closed the old connection while the cache sat idle, so the client
+    # can see it is dead before sending: the next call must reconnect, not fail (the async
+    # path and redis-py both manage this).
+    server = fresh_redis_server
+    ops = Ops(cache_on(server.url), mode)
+    ops.set("before", 1)
+    server.restart()
+    time.sleep(0.1)
+    ops.set("after", 2)
+    assert ops.get("after") == 2
 
 
 def test_server_restart_within_one_event_loop(fresh_redis_server: RedisServer) -> None:
@@ -362,6 +362,7 @@ def test_corrupt_stored_bytes_raise_serialization_error(
         ops.get("bad")
     assert isinstance(info.value, errors.CacheError)
     assert isinstance(info.value, ValueError)
+    assert "bad" in str(info.value)  # names the key whose value cannot be decoded
     with pytest.raises(errors.SerializationError):
         ops.get_many(["good", "bad"])
     # The connection and the cache are still usable.

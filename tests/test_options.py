@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 from conftest import build_cache
 from django.core.exceptions import ImproperlyConfigured
-from helpers_behaviour import JSONSerializer, backend_errors, raw_client
+from helpers_behaviour import JSONSerializer, backend_errors, blackhole_port, raw_client
 from redis_server import RedisServer, free_port
 
 SECRET = "Pw-" + secrets.token_hex(12)
@@ -65,6 +66,13 @@ def test_url_without_db_uses_db_0(
 def test_db_in_url_path(make_cache: Callable[..., Any], redis_server: RedisServer) -> None:
     assert_round_trip(make_cache(f"redis://127.0.0.1:{redis_server.port}/3"))
     assert db_keys(redis_server, 3) == [b":1:k"]
+    assert db_keys(redis_server, 0) == []
+
+
+def test_db_in_url_query(make_cache: Callable[..., Any], redis_server: RedisServer) -> None:
+    # redis-py (hence Django's builtin backend) honours ?db=N on redis:// URLs too.
+    assert_round_trip(make_cache(f"redis://127.0.0.1:{redis_server.port}?db=4"))
+    assert db_keys(redis_server, 4) == [b":1:k"]
     assert db_keys(redis_server, 0) == []
 
 
@@ -205,6 +213,38 @@ def test_known_options_are_accepted(
     assert_round_trip(make_cache(OPTIONS={name: value}))
 
 
+@pytest.mark.parametrize(
+    ("connect_name", "response_name"),
+    [("SOCKET_CONNECT_TIMEOUT", "SOCKET_TIMEOUT"), ("socket_connect_timeout", "socket_timeout")],
+)
+def test_timeout_options_are_applied(
+    fresh_redis_server: RedisServer, connect_name: str, response_name: str
+) -> None:
+    # 0.2 s each, checked against an upper bound below the defaults (1 s connect, 2 s reply).
+    options = {connect_name: 0.2, response_name: 0.2}
+    errors = backend_errors()
+
+    def fails_fast(call: Callable[[], object], expected: type[BaseException]) -> None:
+        start = time.monotonic()
+        with pytest.raises(expected):
+            call()
+        assert time.monotonic() - start < 0.8
+
+    with blackhole_port() as port:
+        unreachable = build_cache(f"redis://127.0.0.1:{port}/0", {"OPTIONS": options})
+        fails_fast(lambda: unreachable.get("k"), errors.CacheError)
+        fails_fast(lambda: asyncio.run(unreachable.aget("k")), errors.CacheError)
+    stalled = build_cache(fresh_redis_server.url, {"OPTIONS": options})
+    stalled.set("k", 1)
+    asyncio.run(stalled.aset("k", 1))
+    fresh_redis_server.pause()
+    try:
+        fails_fast(lambda: stalled.get("k"), errors.CacheTimeout)
+        fails_fast(lambda: asyncio.run(stalled.aget("k")), errors.CacheTimeout)
+    finally:
+        fresh_redis_server.resume()
+
+
 @pytest.mark.parametrize(("name", "protocol"), [("PICKLE_VERSION", 2), ("pickle_protocol", 3)])
 def test_pickle_protocol_option_is_used(
     make_cache: Callable[..., Any], redis_client: Any, name: str, protocol: int
@@ -271,7 +311,16 @@ def test_invalid_option_value_is_rejected_by_name(
 
 
 @pytest.mark.parametrize(
-    "location", ["http://127.0.0.1:6379/0", "127.0.0.1:6379", "redis://127.0.0.1:6379/notadb"]
+    "location",
+    [
+        "http://127.0.0.1:6379/0",
+        "127.0.0.1:6379",
+        "redis://127.0.0.1:6379/notadb",
+        "redis://127.0.0.1:notaport/0",
+        "redis://127.0.0.1:99999/0",
+        "redis://[::1/0",
+        "redis://127.0.0.1:6379/0?db=notadb",
+    ],
 )
 def test_invalid_location_is_improperly_configured(location: str) -> None:
     with pytest.raises(ImproperlyConfigured):
@@ -360,3 +409,54 @@ def test_password_not_in_improperly_configured(redis_server: RedisServer) -> Non
         )
         cache.get("k")
     assert_no_secret(all_text_of(info.value))
+
+
+def test_password_not_in_the_repr_of_any_cache_attribute(auth_server: RedisServer) -> None:
+    # Debug pages and error trackers show the reprs of frame locals such as self._config.
+    cache = build_cache(f"redis://alice:{SECRET}@127.0.0.1:{auth_server.port}/0", {})
+    cache.set("k", "v")
+    for name, value in vars(cache).items():
+        assert_no_secret(f"{name}={value!r}")
+    options_cache = build_cache(
+        f"redis://127.0.0.1:{auth_server.port}/0", {"OPTIONS": {"PASSWORD": SECRET}}
+    )
+    for name, value in vars(options_cache).items():
+        assert_no_secret(f"{name}={value!r}")
+
+
+@pytest.mark.parametrize("in_url", ["At@" + SECRET, "At%40" + SECRET], ids=["raw_at", "encoded"])
+def test_password_with_special_characters_not_in_repr(in_url: str) -> None:
+    password = "At@" + SECRET
+    with RedisServer(password=password) as server:
+        cache = build_cache(f"redis://:{in_url}@127.0.0.1:{server.port}/0", {})
+        cache.set("k", "v")
+        assert cache.get("k") == "v"
+        for text in (repr(cache), str(cache)):
+            assert SECRET not in text, text
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        f"redis://:{SECRET}@127.0.0.1:6379/notadb",
+        f"redis://:{SECRET}@127.0.0.1:notaport/0",
+        f"redis://u:{SECRET}@[::1/0",
+        f"http://u:{SECRET}@127.0.0.1:6379/0",
+    ],
+    ids=["bad_db", "bad_port", "bad_ipv6", "bad_scheme"],
+)
+def test_password_not_in_invalid_location_errors(location: str) -> None:
+    with pytest.raises(ImproperlyConfigured) as info:
+        cache = build_cache(location, {})
+        cache.get("k")
+    assert_no_secret(all_text_of(info.value))
+
+
+def test_password_not_in_fail_open_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    options = {"IGNORE_EXCEPTIONS": True, "LOG_IGNORED_EXCEPTIONS": True}
+    cache = build_cache(f"redis://u:{SECRET}@127.0.0.1:{free_port()}/0", {"OPTIONS": options})
+    assert cache.get("k", "fallback") == "fallback"
+    assert asyncio.run(cache.aget("k", "fallback")) == "fallback"
+    assert caplog.records, "LOG_IGNORED_EXCEPTIONS logged nothing"
+    assert_no_secret(all_log_text(caplog.records))

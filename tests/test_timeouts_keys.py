@@ -59,6 +59,17 @@ def test_timeout_setting_none_means_forever(
     assert redis_client.ttl(":1:b") == -1
 
 
+def test_timeout_setting_zero_expires_everything_now(
+    make_cache: Callable[..., Any], mode: str, redis_client: Any
+) -> None:
+    ops = make_ops(make_cache, mode, TIMEOUT=0)
+    ops.set("a", "v")
+    ops.add("b", "v")
+    ops.set_many({"c": 1})
+    assert redis_client.keys("*") == []
+    assert ops.get("a") is None
+
+
 def test_none_timeout_never_expires(ops: Ops, redis_client: Any) -> None:
     ops.set("a", "v", None)
     ops.add("b", "v", None)
@@ -115,7 +126,8 @@ def test_float_timeout_kept_to_the_millisecond(
     ops.set_many({"c": "v", "d": 7}, timeout)
     ops.set("e", "v", None)
     assert ops.touch("e", timeout) is True
-    for key in ("a", "b", "c", "d", "e"):
+    assert ops.get_or_set("f", "v", timeout) == "v"
+    for key in ("a", "b", "c", "d", "e", "f"):
         pttl = redis_client.pttl(f":1:{key}")
         # Within 200 ms below the requested expiry (time spent since the call), never above.
         assert expected_ms - 200 < pttl <= expected_ms, (key, pttl)
@@ -224,6 +236,14 @@ def test_custom_key_function(
     assert redis_client.get("custom|pre|2|a") == b"2"
     ops.delete("k")
     assert redis_client.exists("custom|pre|2|k") == 0
+
+
+def test_non_string_keys_are_formatted_like_django(ops: Ops, redis_client: Any) -> None:
+    ops.set(42, "int key")
+    ops.set_many({7: "seven"})
+    assert sorted(redis_client.keys("*")) == [b":1:42", b":1:7"]
+    assert ops.get(42) == "int key"
+    assert ops.get_many([7, 42]) == {7: "seven", 42: "int key"}
 
 
 def test_unicode_key_stored_as_utf8(ops: Ops, redis_client: Any) -> None:

@@ -33,7 +33,7 @@ from redoxide.exceptions import (
     ResponseError,
     SerializationError,
 )
-from redoxide.options import Config, parse_config, redact
+from redoxide.options import Config, parse_config
 from redoxide.serializers import PickleSerializer
 
 __all__ = ["RedisCache", "ValkeyCache"]
@@ -133,7 +133,7 @@ class RedisCache(BaseCache):
         self._fail_open = self._config.ignore_exceptions
 
     def __repr__(self) -> str:
-        servers = ", ".join(redact(s) for s in self._config.servers)
+        servers = ", ".join(self._config.display_servers)
         return f"<{type(self).__name__} {servers}>"
 
     # -- keys, timeouts, values -----------------------------------------------------------

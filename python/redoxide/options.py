@@ -9,7 +9,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from django.utils.module_loading import import_string
 
@@ -52,7 +52,7 @@ _ACCEPTED_CLIENT_CLASSES = frozenset({"django_redis.client.DefaultClient"})
 class Config:
     """A parsed cache configuration."""
 
-    servers: tuple[str, ...]
+    servers: tuple[str, ...] = field(repr=False)
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     username: str | None = None
@@ -62,6 +62,11 @@ class Config:
     compressor: BaseCompressor = field(default_factory=IdentityCompressor)
     ignore_exceptions: bool = False
     log_ignored_exceptions: bool = False
+
+    @property
+    def display_servers(self) -> tuple[str, ...]:
+        """The server URLs with passwords hidden."""
+        return tuple(redact(s) for s in self.servers)
 
     @property
     def client_key(self) -> tuple[Any, ...]:
@@ -82,7 +87,18 @@ def _fail(option: str, message: str) -> ConfigurationError:
 
 def redact(url: str) -> str:
     """Return the URL with any password hidden."""
-    return re.sub(r"(://[^:@/]*:)[^@/]*@", r"\1***@", url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    # The credentials end at the last "@" before the path (passwords may contain "@").
+    netloc_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    at = rest.rfind("@", 0, netloc_end)
+    if at < 0:
+        return url
+    userinfo = rest[:at]
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}{rest[at:]}"
 
 
 def parse_location(location: Any) -> tuple[str, ...]:
@@ -102,13 +118,37 @@ def parse_location(location: Any) -> tuple[str, ...]:
     for url in urls:
         if not isinstance(url, str):
             raise ConfigurationError(f"redoxide: LOCATION entries must be strings, not {url!r}")
-        scheme = urlsplit(url).scheme
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"redoxide: LOCATION {redact(url)!r} is not a valid URL: {exc}"
+            ) from None
+        scheme = parts.scheme
         if scheme not in SCHEMES:
             raise ConfigurationError(
                 f"redoxide: LOCATION {redact(url)!r} needs one of the schemes "
                 f"{', '.join(sorted(SCHEMES))} (e.g. redis://127.0.0.1:6379/0)"
             )
     return tuple(urls)
+
+
+def _query_db(url: str) -> int | None:
+    """Return the database a URL names as ``?db=N`` (redis-py honours it, so we do too)."""
+    query = parse_qs(urlsplit(url).query, keep_blank_values=True)
+    unknown = sorted(set(query) - {"db"})
+    if unknown:
+        raise ConfigurationError(
+            f"redoxide: LOCATION {redact(url)!r} has unsupported query parameters: "
+            f"{', '.join(unknown)} (only db is understood; put options in OPTIONS)"
+        )
+    if "db" not in query:
+        return None
+    value = query["db"][-1]
+    if not value.isdigit():
+        raise ConfigurationError(f"redoxide: LOCATION {redact(url)!r}: db must be a number")
+    return int(value)
 
 
 def _seconds(option: str, value: Any) -> float:
@@ -165,6 +205,9 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     names = {canonical: name for canonical, (name, _) in seen.items()}
 
     kwargs: dict[str, Any] = {"servers": servers}
+    query_db = _query_db(servers[0])
+    if query_db is not None:
+        kwargs["db"] = query_db
     if "socket_timeout" in opts:
         kwargs["socket_timeout"] = _seconds(names["socket_timeout"], opts["socket_timeout"])
     if "socket_connect_timeout" in opts:

@@ -1,0 +1,189 @@
+//! The sync path's connection: a blocking socket owned by one thread, one round trip a call.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use redis::Value;
+
+use crate::errors::{Error, Result};
+use crate::mux::{MuxConfig, Target};
+use crate::resp;
+
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Socket {
+    fn fd(&self) -> RawFd {
+        match self {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.write_all(buf),
+            Socket::Unix(s) => s.write_all(buf),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+/// One thread's connection to the server.
+pub struct Blocking {
+    socket: Socket,
+    /// Always initialised in full; replies are read into `buf[filled..]`.
+    buf: Vec<u8>,
+    filled: usize,
+}
+
+fn io_error(err: &std::io::Error, config: &MuxConfig, during: &str) -> Error {
+    let addr = &config.addr;
+    match err.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Error::Timeout(format!(
+            "Redis at {addr} did not answer within {:?} ({during})",
+            config.response_timeout
+        )),
+        _ => Error::Connection(format!("Connection to Redis at {addr} broke ({during}): {err}")),
+    }
+}
+
+impl Blocking {
+    /// Connect within the connect timeout and run the AUTH / SELECT handshake.
+    pub fn connect(config: &MuxConfig) -> Result<Self> {
+        let addr = &config.addr;
+        let refused = |e: &std::io::Error| {
+            Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
+        };
+        let socket = match &config.target {
+            Target::Tcp(host, port) => {
+                let mut last = None;
+                let mut stream = None;
+                for sockaddr in (host.as_str(), *port).to_socket_addrs().map_err(|e| refused(&e))? {
+                    match TcpStream::connect_timeout(&sockaddr, config.connect_timeout) {
+                        Ok(s) => {
+                            stream = Some(s);
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                let stream = match (stream, last) {
+                    (Some(s), _) => s,
+                    (None, Some(e)) => return Err(refused(&e)),
+                    (None, None) => {
+                        return Err(Error::Connection(format!("{addr} resolves to no address")))
+                    }
+                };
+                stream.set_nodelay(true).map_err(|e| refused(&e))?;
+                stream.set_read_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
+                stream.set_write_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
+                Socket::Tcp(stream)
+            }
+            Target::Unix(path) => {
+                let stream = UnixStream::connect(path).map_err(|e| refused(&e))?;
+                stream.set_read_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
+                stream.set_write_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
+                Socket::Unix(stream)
+            }
+        };
+        let mut conn = Blocking { socket, buf: vec![0; 16 * 1024], filled: 0 };
+        if config.handshake_replies > 0 {
+            let replies = conn.request(&config.handshake, config.handshake_replies, config)?;
+            let replies = match replies {
+                Value::Array(items) if config.handshake_replies > 1 => items,
+                one => vec![one],
+            };
+            for reply in replies {
+                if let Value::ServerError(err) = reply {
+                    let text = err.to_string();
+                    return Err(if text.contains("WRONGPASS") || text.contains("AUTH") {
+                        Error::Connection(format!(
+                            "Authentication to Redis at {addr} failed: check the username and password"
+                        ))
+                    } else {
+                        Error::Response(format!(
+                            "Redis at {addr} refused the connection settings: {text}"
+                        ))
+                    });
+                }
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Whether the server closed this connection (or sent something unasked) while it sat
+    /// idle: then it must not be used, and a command sent on it would be lost.
+    pub fn is_stale(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: peeks at most one byte into a valid local; never blocks.
+        let n = unsafe {
+            libc::recv(
+                self.socket.fd(),
+                std::ptr::from_mut(&mut byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            return err.kind() != std::io::ErrorKind::WouldBlock;
+        }
+        true
+    }
+
+    /// Send packed commands and read `expected` replies (an array of them when more than one).
+    pub fn request(&mut self, packed: &[u8], expected: usize, config: &MuxConfig) -> Result<Value> {
+        self.socket.write_all(packed).map_err(|e| io_error(&e, config, "sending"))?;
+        let mut replies = Vec::with_capacity(expected);
+        let mut used = 0;
+        while replies.len() < expected {
+            match resp::parse(&self.buf[used..self.filled]) {
+                Ok(Some((value, n))) => {
+                    used += n;
+                    replies.push(value);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(resp::ParseError::Protocol(m)) => {
+                    return Err(Error::Connection(format!(
+                        "Redis at {} sent an unreadable reply ({m})",
+                        config.addr
+                    )))
+                }
+            }
+            if self.filled == self.buf.len() {
+                if used > 0 {
+                    self.buf.copy_within(used..self.filled, 0);
+                    self.filled -= used;
+                    used = 0;
+                } else {
+                    self.buf.resize(self.buf.len() * 2, 0);
+                }
+            }
+            match self.socket.read(&mut self.buf[self.filled..]) {
+                Ok(0) => {
+                    return Err(Error::Connection(format!(
+                        "Connection to Redis at {} was closed by the server",
+                        config.addr
+                    )))
+                }
+                Ok(n) => self.filled += n,
+                Err(e) => return Err(io_error(&e, config, "waiting for the reply")),
+            }
+        }
+        self.buf.copy_within(used..self.filled, 0);
+        self.filled -= used;
+        Ok(if expected == 1 { replies.pop().unwrap_or(Value::Nil) } else { Value::Array(replies) })
+    }
+}
