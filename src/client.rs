@@ -559,22 +559,6 @@ impl Client {
             self.run(py, bridge, Request::Pipe(pipe), reply::to_py)
         })
     }
-
-    /// Forget this thread's connection for this client (the next call reconnects).
-    fn close_thread_connection(&self) {
-        let generation = runtime::generation();
-        let _ = SYNC_CONNS.try_with(|cell| {
-            let mut conns = cell.borrow_mut();
-            if let Some(i) = conns.iter().position(|c| c.client_id == self.id) {
-                let stale = conns.swap_remove(i);
-                if stale.generation == generation {
-                    drop(stale);
-                } else {
-                    std::mem::forget(stale);
-                }
-            }
-        });
-    }
 }
 
 /// The URL with any password replaced, for messages.

@@ -47,7 +47,6 @@ class Client:
         commands: Iterable[Sequence[str | bytes | int | float]],
         bridge: Bridge | None = None,
     ) -> Any: ...
-    def close_thread_connection(self) -> None: ...
 
 @final
 class Bridge:

@@ -116,6 +116,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_bridges)
 
 
+class _Computed:
+    """A fail-open result that is only worked out when needed (get_or_set's default)."""
+
+    __slots__ = ("default",)
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+
+    def __call__(self) -> Any:
+        return self.default() if callable(self.default) else self.default
+
+
 class RedisCache(BaseCache):
     """A Django cache backend for Redis and Valkey with a Rust core and native async."""
 
@@ -240,11 +252,12 @@ class RedisCache(BaseCache):
     # -- drivers ----------------------------------------------------------------------------
 
     def _failed(self, exc: BaseException, fallback: Any) -> Any:
+        """Re-raise `exc`, or under IGNORE_EXCEPTIONS log it and return the fallback."""
         if not (self._fail_open and isinstance(exc, self._TRANSPORT_ERRORS)):
             raise exc
         if self._config.log_ignored_exceptions:
             logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
-        return fallback
+        return fallback() if isinstance(fallback, _Computed) else fallback
 
     def _run(self, plan: Plan[T], fallback: Any = None) -> T:
         """Drive a plan with blocking calls."""
@@ -515,12 +528,14 @@ class RedisCache(BaseCache):
     def get_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
     ) -> Any:
-        return self._run(self._get_or_set(key, default, timeout, version))
+        plan = self._get_or_set(key, default, timeout, version)
+        return self._run(plan, _Computed(default))
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
     ) -> Any:
-        return await self._arun(self._get_or_set(key, default, timeout, version))
+        plan = self._get_or_set(key, default, timeout, version)
+        return await self._arun(plan, _Computed(default))
 
     def clear(self) -> bool:  # type: ignore[override]  # Django's builtin returns bool too
         return self._run(self._clear(), False)
