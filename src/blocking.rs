@@ -68,7 +68,7 @@ impl Spin {
     fn window(&mut self) -> Duration {
         self.calls = self.calls.wrapping_add(1);
         // After repeated misses, poll no more, except now and then to notice faster replies.
-        if self.misses >= 4 && self.calls % 64 != 0 {
+        if self.misses >= 4 && !self.calls.is_multiple_of(64) {
             return Duration::ZERO;
         }
         (self.typical * 2).min(MAX_SPIN)
