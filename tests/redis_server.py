@@ -20,7 +20,12 @@ import tempfile
 import time
 from types import TracebackType
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+# REDOXIDE_SERVER_BIN runs the suite against another server binary (e.g. valkey-server).
+REDIS_SERVER = (
+    os.environ.get("REDOXIDE_SERVER_BIN")
+    or shutil.which("redis-server")
+    or "/usr/bin/redis-server"
+)
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
