@@ -100,8 +100,8 @@ demo: install ## Run examples/ under uvicorn against a throwaway redis-server an
 	$(PY) scripts/demo.py
 
 bench: install ## Run the benchmarks, idle-host regime then busy-host regime (--busy)
-	$(PY) benchmarks/bench.py
-	$(PY) benchmarks/bench.py --busy
+	$(PY) benchmarks/bench.py --both
+	$(PY) benchmarks/chart.py
 
 wheel: system-deps $(DEPS_STAMP) ## Build the abi3 release wheel into dist/
 	$(BIN)/maturin build --release --out dist --interpreter $(PY)

@@ -613,7 +613,7 @@ def progress(mode: str, r: int, warmup: int, rounds: int) -> None:
 def parser_of(target: Target, cache: Any) -> str:
     """Name the reply parser a target's client uses (to confirm hiredis / libvalkey)."""
     if target.name == "redoxide":
-        return "redis-rs (Rust)"
+        return "own RESP parser (Rust)"
     getters: list[Callable[[], Any]] = [
         lambda: cache._cache.get_client(write=True),  # Django builtin
         lambda: cache.client.get_client(write=True),  # django-redis, django-valkey (sync)

@@ -20,7 +20,7 @@ TARGETS = [
     ("django", "#7f8c8d"),
     ("django-redis", "#2980b9"),
     ("valkey", "#16a085"),
-    ("valkey-async", "#27ae60"),
+    ("valkey-async", "#8e44ad"),
 ]
 CEILING = {"sync": "c1", "async-serial": "c1", "async-concurrent": "c50"}
 
@@ -38,8 +38,8 @@ def panel(data: dict[str, Any], x0: float, title: str) -> list[str]:
     """One regime: a group of bars per mode, each bar a fraction of redis-benchmark."""
     out = [text(x0 + 210, 24, 15, title, ' font-weight="bold"')]
     height, base = 260.0, 300.0
-    scale = 2.0  # the axis goes up to 2x redis-benchmark
-    for tick in (0.5, 1.0, 1.5, 2.0):
+    scale = 2.5  # the axis goes up to 2.5x redis-benchmark
+    for tick in (0.5, 1.0, 1.5, 2.0, 2.5):
         y = base - height * tick / scale
         dash = "" if tick == 1.0 else ' stroke-dasharray="3,3"'
         out.append(f'<line x1="{x0 + 30}" x2="{x0 + 420}" y1="{y}" y2="{y}" stroke="#bbb"{dash}/>')
