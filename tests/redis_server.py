@@ -22,9 +22,7 @@ from types import TracebackType
 
 # REDOXIDE_SERVER_BIN runs the suite against another server binary (e.g. valkey-server).
 REDIS_SERVER = (
-    os.environ.get("REDOXIDE_SERVER_BIN")
-    or shutil.which("redis-server")
-    or "/usr/bin/redis-server"
+    os.environ.get("REDOXIDE_SERVER_BIN") or shutil.which("redis-server") or "/usr/bin/redis-server"
 )
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 START_TIMEOUT = 10.0
