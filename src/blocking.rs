@@ -10,7 +10,7 @@ use redis::Value;
 
 use crate::errors::{Error, Result};
 use crate::mux::{MuxConfig, Target};
-use crate::resp;
+use crate::resp::{self, Scan};
 
 enum Socket {
     Tcp(TcpStream),
@@ -33,9 +33,16 @@ impl Socket {
     }
 
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.read(buf),
-            Socket::Unix(s) => s.read(buf),
+        loop {
+            let result = match self {
+                Socket::Tcp(s) => s.read(buf),
+                Socket::Unix(s) => s.read(buf),
+            };
+            // A signal handler ran: the socket is fine, read again.
+            match result {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
         }
     }
 }
@@ -189,28 +196,44 @@ impl Blocking {
         let mut missed = false;
         let mut replies = Vec::with_capacity(expected);
         let mut used = 0;
+        // The size an incomplete reply is known to need: no re-parsing before that.
+        let mut need = 0;
         while replies.len() < expected {
-            match resp::parse(&self.buf[used..self.filled]) {
-                Ok(Some((value, n))) => {
-                    used += n;
-                    replies.push(value);
-                    continue;
-                }
-                Ok(None) => {}
-                Err(resp::ParseError::Protocol(m)) => {
-                    return Err(Error::Connection(format!(
-                        "Redis at {} sent an unreadable reply ({m})",
-                        config.addr
-                    )))
+            if self.filled >= need {
+                let rest = &self.buf[used..self.filled];
+                let parsed = resp::scan(rest).and_then(|scan| match scan {
+                    Scan::Complete(n) => {
+                        resp::parse(&rest[..n]).map(|v| v.map(|(value, _)| (value, n)))
+                    }
+                    Scan::NeedAtLeast(n) => {
+                        need = used + n;
+                        Ok(None)
+                    }
+                });
+                match parsed {
+                    Ok(Some((value, n))) => {
+                        used += n;
+                        replies.push(value);
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(resp::ParseError::Protocol(m)) => {
+                        return Err(Error::Connection(format!(
+                            "Redis at {} sent an unreadable reply ({m})",
+                            config.addr
+                        )))
+                    }
                 }
             }
             if self.filled == self.buf.len() {
                 if used > 0 {
                     self.buf.copy_within(used..self.filled, 0);
                     self.filled -= used;
+                    need -= used.min(need);
                     used = 0;
                 } else {
-                    self.buf.resize(self.buf.len() * 2, 0);
+                    let len = (self.buf.len() * 2).max(need);
+                    self.buf.resize(len, 0);
                 }
             }
             if !caught {

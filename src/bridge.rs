@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use pyo3::exceptions::PyStopIteration;
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::{intern, IntoPyObjectExt};
 
@@ -196,17 +196,26 @@ impl Bridge {
 
     /// Resolve the futures of every parked task whose command has finished.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        // Wake every parked task even if one wake-up fails (the queue is already taken).
+        let mut first_error = None;
         for slot in self.queue.take_ready() {
             let waker = lock(&slot.state).waker.take();
             if let Some(future) = waker {
                 let future = future.bind(py);
                 // A cancelled task's future is already done; its outcome is simply dropped.
-                if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
-                    future.call_method1(intern!(py, "set_result"), (py.None(),))?;
+                let woken = future.call_method0(intern!(py, "done")).and_then(|done| {
+                    if done.is_truthy()? {
+                        Ok(())
+                    } else {
+                        future.call_method1(intern!(py, "set_result"), (py.None(),)).map(drop)
+                    }
+                });
+                if let Err(err) = woken {
+                    first_error.get_or_insert(err);
                 }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -219,6 +228,8 @@ pub trait Poller: Send + Sync {
 #[pyclass(module = "redoxide._redoxide")]
 pub struct Pending {
     slot: Arc<Slot>,
+    /// The outcome was handed out: awaiting again is a bug, not a wait.
+    consumed: bool,
     bridge: Py<Bridge>,
     poller: Option<Arc<dyn Poller>>,
     started: Option<Instant>,
@@ -233,10 +244,11 @@ impl Pending {
         convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
     ) -> Self {
         bridge.get().queue.in_flight.fetch_add(1, Ordering::Relaxed);
-        Pending { slot, bridge, poller, started: None, convert }
+        Pending { slot, consumed: false, bridge, poller, started: None, convert }
     }
 
-    fn finish(&self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
+    fn finish(&mut self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
+        self.consumed = true;
         if let Some(started) = self.started {
             let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.bridge.get().queue.record_latency(ns);
@@ -265,6 +277,9 @@ impl Pending {
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.consumed {
+            return Err(PyRuntimeError::new_err("this redoxide command was already awaited"));
+        }
         if let Some(outcome) = self.slot.take() {
             return Err(self.finish(py, outcome));
         }

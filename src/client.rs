@@ -500,6 +500,9 @@ impl Client {
             if keys.len() != values.len() {
                 return Err(PyValueError::new_err("keys and values differ in length"));
             }
+            if keys.is_empty() {
+                return Err(PyValueError::new_err("set_many needs at least one key"));
+            }
             let req = match ttl_ms {
                 None => {
                     let mut cmd = redis::cmd("MSET");

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
-use crate::resp;
+use crate::resp::{self, Scan};
 use crate::runtime;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -152,6 +152,19 @@ struct State {
 struct ReadState {
     buf: Vec<u8>,
     filled: usize,
+    /// Parsing waits until `filled` reaches this (the known size of an incomplete reply).
+    need: usize,
+}
+
+impl ReadState {
+    /// The free part of the buffer, grown first if it is full.
+    fn room(&mut self) -> &mut [u8] {
+        if self.filled == self.buf.len() {
+            let len = (self.buf.len() * 2).max(self.need);
+            self.buf.resize(len, 0);
+        }
+        &mut self.buf[self.filled..]
+    }
 }
 
 pub struct Conn {
@@ -174,10 +187,7 @@ impl Poller for Conn {
         };
         let Ok(mut rs) = self.reading.try_lock() else { return };
         let rs = &mut *rs;
-        if rs.filled == rs.buf.len() {
-            rs.buf.resize(rs.buf.len() * 2, 0);
-        }
-        let room = &mut rs.buf[rs.filled..];
+        let room = rs.room();
         // SAFETY: receives into a valid, initialised slice; the descriptor is kept open by the
         // Conn, and EOF or errors are left for the reader task to report.
         let n = unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
@@ -194,46 +204,68 @@ impl Conn {
     /// Parse the complete replies in the read buffer and hand them to their waiters.
     fn absorb(&self, rs: &mut ReadState) -> Result<()> {
         let addr = &self.addr;
+        if rs.filled < rs.need {
+            return Ok(());
+        }
+        // Parse the complete replies first, holding only `reading`: submitters wait on
+        // `state`, and must not wait for a large reply to be parsed.
+        let mut values = Vec::new();
         let mut used = 0;
-        let mut done = Vec::new();
         let mut failure = None;
-        {
-            let mut st = lock(&self.state);
-            loop {
-                match resp::parse(&rs.buf[used..rs.filled]) {
-                    Ok(Some((value, n))) => {
-                        used += n;
-                        let Some(front) = st.waiting.front_mut() else {
-                            failure = Some(Error::Internal(format!(
-                                "Redis at {addr} sent a reply nobody asked for"
-                            )));
-                            break;
-                        };
-                        if front.expected <= 1 {
-                            if let Some(w) = st.waiting.pop_front() {
-                                done.push((w.slot, w.queue, value));
-                            }
-                        } else {
-                            front.got.push(value);
-                            if front.got.len() == front.expected {
-                                if let Some(w) = st.waiting.pop_front() {
-                                    done.push((w.slot, w.queue, Value::Array(w.got)));
-                                }
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(resp::ParseError::Protocol(m)) => {
-                        failure = Some(Error::Connection(format!(
-                            "Redis at {addr} sent an unreadable reply ({m})"
-                        )));
-                        break;
-                    }
+        rs.need = 0;
+        loop {
+            let rest = &rs.buf[used..rs.filled];
+            match resp::scan(rest).and_then(|scan| match scan {
+                Scan::Complete(n) => {
+                    resp::parse(&rest[..n]).map(|v| v.map(|(value, _)| (value, n)))
+                }
+                Scan::NeedAtLeast(n) => {
+                    rs.need = n;
+                    Ok(None)
+                }
+            }) {
+                Ok(Some((value, n))) => {
+                    used += n;
+                    values.push(value);
+                }
+                Ok(None) => break,
+                Err(resp::ParseError::Protocol(m)) => {
+                    failure = Some(Error::Connection(format!(
+                        "Redis at {addr} sent an unreadable reply ({m})"
+                    )));
+                    break;
                 }
             }
         }
         rs.buf.copy_within(used..rs.filled, 0);
         rs.filled -= used;
+        if values.is_empty() {
+            return failure.map_or(Ok(()), Err);
+        }
+        let mut done = Vec::with_capacity(values.len());
+        {
+            let mut st = lock(&self.state);
+            for value in values {
+                let Some(front) = st.waiting.front_mut() else {
+                    failure = Some(Error::Internal(format!(
+                        "Redis at {addr} sent a reply nobody asked for"
+                    )));
+                    break;
+                };
+                if front.expected <= 1 {
+                    if let Some(w) = st.waiting.pop_front() {
+                        done.push((w.slot, w.queue, value));
+                    }
+                } else {
+                    front.got.push(value);
+                    if front.got.len() == front.expected {
+                        if let Some(w) = st.waiting.pop_front() {
+                            done.push((w.slot, w.queue, Value::Array(w.got)));
+                        }
+                    }
+                }
+            }
+        }
         for (slot, queue, value) in done {
             slot.complete(Ok(value), &queue);
         }
@@ -248,6 +280,9 @@ impl Conn {
             st.outbuf = Vec::new();
             std::mem::take(&mut st.waiting)
         };
+        // An idle writer waits on the Notify, not the socket: wake it so it sees Broken and
+        // ends, releasing the connection.
+        self.wake_writer.notify_one();
         if let Some(stream) = self.stream.get() {
             // Wake the other task; the descriptor stays open until the Conn is freed.
             // SAFETY: shutdown on a descriptor we own; no memory is involved.
@@ -312,7 +347,7 @@ impl Mux {
             }),
             wake_writer: Notify::new(),
             stream: std::sync::OnceLock::new(),
-            reading: Mutex::new(ReadState { buf: vec![0; 64 * 1024], filled: 0 }),
+            reading: Mutex::new(ReadState { buf: vec![0; 64 * 1024], filled: 0, need: 0 }),
             addr: Arc::clone(&self.config.addr),
         });
         runtime::get()?.spawn(connect(Arc::clone(&conn), Arc::clone(&self.config)));
@@ -330,6 +365,11 @@ impl Mux {
         queue: Arc<LoopQueue>,
     ) -> Result<Arc<Conn>> {
         let conn = self.conn()?;
+        if expected == 0 {
+            // Nothing will answer: a waiter in the FIFO would take someone else's reply.
+            slot.complete(Ok(Value::Array(Vec::new())), &queue);
+            return Ok(conn);
+        }
         let mut st = lock(&conn.state);
         let budget = match st.phase {
             Phase::Connecting => self.config.connect_timeout + self.config.response_timeout,
@@ -421,6 +461,7 @@ async fn open(config: &MuxConfig) -> std::io::Result<Stream> {
 }
 
 async fn connect(conn: Arc<Conn>, config: Arc<MuxConfig>) {
+    let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
     let opened = tokio::time::timeout(config.connect_timeout, open(&config)).await;
     let stream = match opened {
@@ -521,10 +562,7 @@ async fn read_loop(conn: Arc<Conn>, addr: Arc<str>, response_timeout: Duration) 
         let outcome = {
             let mut rs = lock(&conn.reading);
             let rs = &mut *rs;
-            if rs.filled == rs.buf.len() {
-                rs.buf.resize(rs.buf.len() * 2, 0);
-            }
-            match stream.try_read(&mut rs.buf[rs.filled..]) {
+            match stream.try_read(rs.room()) {
                 Ok(0) => Err(Error::Connection(format!(
                     "Connection to Redis at {addr} was closed by the server"
                 ))),

@@ -14,6 +14,59 @@ const MAX_DEPTH: usize = 64;
 /// A bulk string longer than Redis' own limit (512 MB) is garbage.
 const MAX_BULK: i64 = 512 * 1024 * 1024;
 
+/// How much of a buffer the first reply takes, found without building it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// The first reply is complete and this many bytes long.
+    Complete(usize),
+    /// Incomplete: nothing can be parsed before the buffer holds at least this many bytes.
+    NeedAtLeast(usize),
+}
+
+/// Find where the first reply ends, skipping bulk payloads by their length: linear in the
+/// reply's headers, not its bytes, so a large reply arriving in many reads is cheap to re-check.
+pub fn scan(buf: &[u8]) -> Result<Scan, ParseError> {
+    scan_at(buf, 0, 0)
+}
+
+fn scan_at(buf: &[u8], start: usize, depth: usize) -> Result<Scan, ParseError> {
+    if depth > MAX_DEPTH {
+        return Err(ParseError::Protocol("reply nested too deep".into()));
+    }
+    let Some(&kind) = buf.get(start) else { return Ok(Scan::NeedAtLeast(start + 3)) };
+    let Some((text, next)) = line(buf, start + 1) else {
+        return Ok(Scan::NeedAtLeast(buf.len() + 1));
+    };
+    match kind {
+        b'+' | b'-' | b':' => Ok(Scan::Complete(next)),
+        b'$' => {
+            let len = int(text)?;
+            if len < 0 {
+                return Ok(Scan::Complete(next));
+            }
+            if len > MAX_BULK {
+                return Err(ParseError::Protocol(format!("bulk string of {len} bytes")));
+            }
+            let end = next
+                + usize::try_from(len).map_err(|_| ParseError::Protocol("bad length".into()))?
+                + 2;
+            Ok(if buf.len() >= end { Scan::Complete(end) } else { Scan::NeedAtLeast(end) })
+        }
+        b'*' => {
+            let len = int(text)?;
+            let mut at = next;
+            for _ in 0..len.max(0) {
+                match scan_at(buf, at, depth + 1)? {
+                    Scan::Complete(end) => at = end,
+                    need => return Ok(need),
+                }
+            }
+            Ok(Scan::Complete(at))
+        }
+        other => Err(ParseError::Protocol(format!("unexpected reply type byte {other:#04x}"))),
+    }
+}
+
 /// Parse one complete reply from the front of `buf`.
 /// Return the reply and the bytes it used, or `None` if more bytes are needed.
 pub fn parse(buf: &[u8]) -> Result<Option<(Value, usize)>, ParseError> {
@@ -81,7 +134,7 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
             let len =
                 usize::try_from(len).map_err(|_| ParseError::Protocol("bad length".into()))?;
             // Never trust a count for an allocation: each element needs at least 3 bytes.
-            let mut items = Vec::with_capacity(len.min(buf.len() / 3 + 1));
+            let mut items = Vec::with_capacity(len.min((buf.len() - next) / 3 + 1));
             let mut at = next;
             for _ in 0..len {
                 match parse_at(buf, at, depth + 1)? {
@@ -101,6 +154,10 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn deep_garbage() -> String {
+        "*1\r\n".repeat(100)
+    }
 
     fn one(input: &[u8]) -> Value {
         let (value, used) = parse(input).unwrap().unwrap();
@@ -140,11 +197,38 @@ mod tests {
     }
 
     #[test]
+    fn scan_agrees_with_parse() {
+        let replies: [&[u8]; 6] = [
+            b"+OK\r\n",
+            b":-42\r\n",
+            b"$3\r\na\r\n\r\n",
+            b"$-1\r\n",
+            b"*3\r\n$1\r\nx\r\n$-1\r\n*1\r\n:7\r\n",
+            b"-ERR no\r\n",
+        ];
+        for reply in replies {
+            assert_eq!(scan(reply), Ok(Scan::Complete(reply.len())), "{reply:?}");
+            for cut in 0..reply.len() {
+                match scan(&reply[..cut]) {
+                    Ok(Scan::NeedAtLeast(n)) => {
+                        assert!(n > cut && n <= reply.len() + 1, "{reply:?} {cut} {n}")
+                    }
+                    other => panic!("{reply:?} cut at {cut}: {other:?}"),
+                }
+            }
+        }
+        // A big bulk string asks for all of itself at once, not one read at a time.
+        assert_eq!(scan(b"$1000\r\nab"), Ok(Scan::NeedAtLeast(1009)));
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic_or_a_huge_allocation() {
         assert!(parse(b"?what\r\n").is_err());
         assert!(parse(b":abc\r\n").is_err());
         assert!(parse(b"$99999999999\r\n").is_err());
         assert!(parse(b"$1\r\nabc").is_err());
+        assert!(scan(b"?what\r\n").is_err());
+        assert!(scan(deep_garbage().as_bytes()).is_err());
         assert_eq!(parse(b"*4000000000\r\n"), Ok(None));
         let deep = "*1\r\n".repeat(100);
         assert!(parse(deep.as_bytes()).is_err());

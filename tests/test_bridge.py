@@ -89,3 +89,67 @@ def test_unix_socket_async(tmp_path: Any) -> None:
             return await cache.aget("k"), await cache.aget("a")
 
         assert asyncio.run(run()) == ("sync", "async")
+
+
+def test_broken_async_connections_are_released(fresh_redis_server: RedisServer) -> None:
+    from conftest import build_cache
+
+    server = fresh_redis_server
+    cache = build_cache(server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 0.5}})
+    asyncio.run(cache.aset("k", 1))
+    gc.collect()
+    before = open_fds()
+    for _ in range(5):
+        # The server drops every client; the idle connection's tasks must end and let go.
+        server.cli("CLIENT", "KILL", "TYPE", "normal")
+        for _ in range(3):
+            try:
+                assert asyncio.run(cache.aget("k")) == 1
+                break
+            except ConnectionError:
+                continue
+    gc.collect()
+    assert open_fds() <= before + 2
+
+
+def test_large_multi_key_replies_sync_and_async(cache: Any) -> None:
+    values = {f"big{i}": os.urandom(256 * 1024) for i in range(12)}
+    cache.set_many(values)
+    assert cache.get_many(list(values)) == values
+
+    async def run() -> None:
+        got = await asyncio.gather(*(cache.aget_many(list(values)) for _ in range(3)))
+        assert all(g == values for g in got)
+
+    asyncio.run(run())
+
+
+def test_awaiting_a_command_twice_is_an_error_not_a_hang(cache: Any) -> None:
+    from redoxide.cache import _bridge
+
+    async def run() -> None:
+        pending = cache._client.get(cache.make_key("k"), _bridge())
+        assert await pending is None
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await pending
+
+    asyncio.run(run())
+
+
+def test_add_with_zero_timeout_stores_nothing(cache: Any, redis_client: Any) -> None:
+    assert cache.add("z", 1, timeout=0) is True
+    assert redis_client.exists(cache.make_key("z")) == 0
+    cache.set("z", 2)
+    assert cache.add("z", 3, timeout=0) is False
+    assert asyncio.run(cache.aadd("y", 1, timeout=0)) is True
+    assert cache.get_or_set("w", 5, timeout=0) == 5
+    assert redis_client.exists(cache.make_key("w")) == 0
+
+
+@pytest.mark.parametrize("value", [1e9, 0.0000001])
+def test_extreme_socket_timeouts_are_rejected(value: float) -> None:
+    from conftest import build_cache
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="SOCKET_TIMEOUT"):
+        build_cache("redis://127.0.0.1:1/0", {"OPTIONS": {"SOCKET_TIMEOUT": value}})

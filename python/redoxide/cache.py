@@ -360,11 +360,9 @@ class RedisCache(BaseCache):
         made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
         c = self._client
         if ttl == 0:
-            # Expire-now add: report whether it would have been added, store nothing.
-            stored = yield c.set, (made, data, None, True, False)
-            if stored:
-                yield c.execute, (("DEL", made),)
-            return bool(stored)
+            # Expire-now add: report whether it would have been added, and store nothing (a
+            # SET then DEL could leave the value behind if cancelled in between).
+            return not (yield c.execute, (("EXISTS", made),))
         return bool((yield c.set, (made, data, ttl, True, False)))
 
     def _touch(self, key: Any, timeout: Any, version: int | None) -> Plan[bool]:
@@ -439,10 +437,7 @@ class RedisCache(BaseCache):
             default = default()
         encoded, ttl = self._encode(default), self._ttl_ms(timeout)
         if ttl == 0:
-            stored = yield c.set, (made, encoded, None, True, False)
-            if stored:
-                yield c.execute, (("DEL", made),)
-            return default
+            return default  # expires at once: nothing to store
         set_cmd: tuple[Any, ...] = ("SET", made, encoded, "NX")
         if ttl is not None:
             set_cmd += ("PX", ttl)

@@ -154,8 +154,8 @@ def _query_db(url: str) -> int | None:
 def _seconds(option: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(option, f"must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise _fail(option, f"must be a positive, finite number of seconds, not {value!r}")
+    if not math.isfinite(value) or not 0.001 <= value <= 86400:
+        raise _fail(option, f"must be a number of seconds from 0.001 to 86400, not {value!r}")
     return float(value)
 
 
