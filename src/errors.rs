@@ -22,6 +22,8 @@ pub enum Error {
     Response(String),
     /// A bad setting, caught when the client is built.
     Config(String),
+    /// Stored bytes that cannot be decoded (corrupt, truncated or oversized compressed data).
+    Decode(String),
     /// A bug on our side (a panic, a dropped task); never the user's fault.
     Internal(String),
 }
@@ -36,6 +38,7 @@ impl fmt::Display for Error {
             | Error::Timeout(m)
             | Error::Response(m)
             | Error::Config(m)
+            | Error::Decode(m)
             | Error::Internal(m) => f.write_str(m),
         }
     }
@@ -70,6 +73,7 @@ impl Error {
             Error::Timeout(_) => "CacheTimeout",
             Error::Response(_) => "ResponseError",
             Error::Config(_) => "ConfigurationError",
+            Error::Decode(_) => "SerializationError",
             Error::Internal(_) => "InternalError",
         }
     }

@@ -3,6 +3,7 @@
 mod blocking;
 mod bridge;
 mod client;
+mod codec;
 mod errors;
 mod mux;
 mod reply;
@@ -18,6 +19,10 @@ fn _redoxide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bridge::Bridge>()?;
     m.add_class::<bridge::Pending>()?;
     m.add_function(wrap_pyfunction!(client::panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::lz4_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::lz4_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::zstd_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::zstd_decompress, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -5,7 +5,17 @@ from collections.abc import Iterable, Sequence
 from typing import Any, final
 
 __version__: str
-__all__ = ["Bridge", "Client", "Pending", "__version__", "panic_for_tests"]
+__all__ = [
+    "Bridge",
+    "Client",
+    "Pending",
+    "__version__",
+    "lz4_compress",
+    "lz4_decompress",
+    "panic_for_tests",
+    "zstd_compress",
+    "zstd_decompress",
+]
 
 @final
 class Client:
@@ -61,3 +71,7 @@ class Pending:
     def __next__(self) -> Any: ...
 
 def panic_for_tests() -> None: ...
+def lz4_compress(data: bytes, level: int = 0) -> bytes: ...
+def lz4_decompress(data: bytes, max_size: int) -> bytes: ...
+def zstd_compress(data: bytes, level: int = 3) -> bytes: ...
+def zstd_decompress(data: bytes, max_size: int) -> bytes: ...

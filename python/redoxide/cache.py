@@ -26,7 +26,7 @@ from django.core.cache.backends.base import (
 )
 
 from redoxide import _redoxide
-from redoxide.compressors import IdentityCompressor
+from redoxide.compressors import IdentityCompressor, decompress_any
 from redoxide.exceptions import (
     CacheTimeout,
     ConnectionInterrupted,
@@ -131,7 +131,13 @@ class _Computed:
 class RedisCache(BaseCache):
     """A Django cache backend for Redis and Valkey with a Rust core and native async."""
 
-    _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ConnectionInterrupted, CacheTimeout)
+    #: What IGNORE_EXCEPTIONS turns into a miss: the server being away or slow, and a stored
+    #: value that cannot be decoded. Server error replies (WRONGTYPE, OOM, ...) always raise.
+    _FAIL_OPEN_ERRORS: tuple[type[BaseException], ...] = (
+        ConnectionInterrupted,
+        CacheTimeout,
+        SerializationError,
+    )
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(params)
@@ -216,12 +222,12 @@ class RedisCache(BaseCache):
         try:
             if data[:1] != b"\x80":
                 # Not a pickle (protocol >= 2): a raw int, compressed data, or another format.
-                try:
+                # (A failing int() is slow: it formats an error message from the data.)
+                if data.isdigit() or (data[:1] == b"-" and data[1:].isdigit()):
                     return int(data)
-                except ValueError:
-                    pass
-                if self._compressor.is_compressed(data):
-                    data = self._compressor.decompress(data)
+                # Compressed by any known compressor (recognised by its magic bytes), whatever
+                # COMPRESSOR is now: values written before a change, or by django-redis.
+                data = decompress_any(data)
             if self._fast_pickle:
                 return pickle.loads(data)
             return self._serializer.loads(data)
@@ -253,7 +259,7 @@ class RedisCache(BaseCache):
 
     def _failed(self, exc: BaseException, fallback: Any) -> Any:
         """Re-raise `exc`, or under IGNORE_EXCEPTIONS log it and return the fallback."""
-        if not (self._fail_open and isinstance(exc, self._TRANSPORT_ERRORS)):
+        if not (self._fail_open and isinstance(exc, self._FAIL_OPEN_ERRORS)):
             raise exc
         if self._config.log_ignored_exceptions:
             logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
@@ -272,7 +278,7 @@ class RedisCache(BaseCache):
                     fn, args = plan.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        except self._TRANSPORT_ERRORS as exc:
+        except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, fallback)  # type: ignore[no-any-return]
 
     async def _arun(self, plan: Plan[T], fallback: Any = None) -> T:
@@ -289,7 +295,7 @@ class RedisCache(BaseCache):
                     fn, args = plan.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        except self._TRANSPORT_ERRORS as exc:
+        except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, fallback)  # type: ignore[no-any-return]
 
     # -- the hot path, written out ------------------------------------------------------------
@@ -298,17 +304,17 @@ class RedisCache(BaseCache):
         made = self._key(key, version)
         try:
             data = self._client.get(made)
-        except self._TRANSPORT_ERRORS as exc:
+            return default if data is None else self._decode(data, key)
+        except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, default)
-        return default if data is None else self._decode(data, key)
 
     async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         made = self._key(key, version)
         try:
             data = await self._client.get(made, _bridge())
-        except self._TRANSPORT_ERRORS as exc:
+            return default if data is None else self._decode(data, key)
+        except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, default)
-        return default if data is None else self._decode(data, key)
 
     def set(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
@@ -319,7 +325,7 @@ class RedisCache(BaseCache):
                 self._client.execute(("DEL", made))
             else:
                 self._client.set(made, data, ttl)
-        except self._TRANSPORT_ERRORS as exc:
+        except self._FAIL_OPEN_ERRORS as exc:
             self._failed(exc, None)
 
     async def aset(
@@ -331,7 +337,7 @@ class RedisCache(BaseCache):
                 await self._client.execute(("DEL", made), _bridge())
             else:
                 await self._client.set(made, data, ttl, False, False, _bridge())
-        except self._TRANSPORT_ERRORS as exc:
+        except self._FAIL_OPEN_ERRORS as exc:
             self._failed(exc, None)
 
     def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
@@ -339,10 +345,9 @@ class RedisCache(BaseCache):
         if not keys:
             return {}
         try:
-            values = self._client.mget(self._keys(keys, version))
-        except self._TRANSPORT_ERRORS as exc:
+            return self._decode_many(keys, self._client.mget(self._keys(keys, version)))
+        except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, {})  # type: ignore[no-any-return]
-        return self._decode_many(keys, values)
 
     async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
         keys = list(keys)
@@ -350,9 +355,9 @@ class RedisCache(BaseCache):
             return {}
         try:
             values = await self._client.mget(self._keys(keys, version), _bridge())
-        except self._TRANSPORT_ERRORS as exc:
+            return self._decode_many(keys, values)
+        except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, {})  # type: ignore[no-any-return]
-        return self._decode_many(keys, values)
 
     # -- plans ---------------------------------------------------------------------------------
 

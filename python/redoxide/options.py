@@ -33,6 +33,7 @@ _ALIASES = {
     "SERIALIZER": "serializer",
     "COMPRESSOR": "compressor",
     "COMPRESS_MIN_LENGTH": "compress_min_length",
+    "COMPRESS_LEVEL": "compress_level",
     "PICKLE_VERSION": "pickle_protocol",
     "IGNORE_EXCEPTIONS": "ignore_exceptions",
     "LOG_IGNORED_EXCEPTIONS": "log_ignored_exceptions",
@@ -165,19 +166,52 @@ def _optional_str(option: str, value: Any) -> str | None:
     raise _fail(option, f"must be a string, not {type(value).__name__}")
 
 
+# django-redis' classes take its whole OPTIONS dict; ours read and write the same bytes.
+_DJANGO_REDIS_EQUIVALENTS = {
+    **{
+        f"django_redis.serializers.{module}.{name}": f"redoxide.serializers.{ours}"
+        for module, name, ours in (
+            ("pickle", "PickleSerializer", "PickleSerializer"),
+            ("json", "JSONSerializer", "JSONSerializer"),
+            ("msgpack", "MSGPackSerializer", "MsgPackSerializer"),
+        )
+    },
+    **{
+        f"django_redis.compressors.{module}.{name}": f"redoxide.compressors.{ours}"
+        for module, name, ours in (
+            ("identity", "IdentityCompressor", "IdentityCompressor"),
+            ("zlib", "ZlibCompressor", "ZlibCompressor"),
+            ("gzip", "GzipCompressor", "GzipCompressor"),
+            ("lzma", "LzmaCompressor", "LzmaCompressor"),
+            ("lz4", "Lz4Compressor", "Lz4Compressor"),
+            ("zstd", "ZStdCompressor", "ZstdCompressor"),
+        )
+    },
+}
+
+
 def _instance(option: str, value: Any, **kwargs: Any) -> Any:
-    """Accept a dotted path, a class, or an instance."""
+    """Accept a dotted path, a class, or an instance (django-redis' paths map to ours)."""
     obj = value
     if isinstance(obj, str):
+        path = _DJANGO_REDIS_EQUIVALENTS.get(obj, obj)
         try:
-            obj = import_string(obj)
+            obj = import_string(path)
         except ImportError as exc:
             raise _fail(option, f"cannot import {value!r}: {exc}") from exc
     if isinstance(obj, type):
-        try:
-            obj = obj(**kwargs)
-        except TypeError:
-            obj = obj()
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        attempts: tuple[tuple[tuple[Any, ...], dict[str, Any]], ...] = (
+            ((), kwargs),
+            ((), {}),
+            (({},), {}),  # a django-redis style class that takes the OPTIONS dict
+        )
+        for args, kw in attempts:
+            try:
+                return obj(*args, **kw)
+            except TypeError:
+                continue
+        raise _fail(option, f"cannot instantiate {value!r}")
     return obj
 
 
@@ -252,7 +286,15 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
             names["compress_min_length"], f"must be a non-negative integer, not {min_length!r}"
         )
     if "compressor" in opts:
-        compressor = _instance(names["compressor"], opts["compressor"], min_length=min_length)
+        level = opts.get("compress_level")
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+            raise _fail(names["compress_level"], f"must be an integer, not {level!r}")
+        try:
+            compressor = _instance(
+                names["compressor"], opts["compressor"], min_length=min_length, level=level
+            )
+        except ValueError as exc:
+            raise _fail(names.get("compress_level", names["compressor"]), str(exc)) from exc
         for method in ("compress", "decompress", "is_compressed"):
             if not callable(getattr(compressor, method, None)):
                 raise _fail(names["compressor"], f"must have a {method}() method")
