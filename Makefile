@@ -99,9 +99,11 @@ fmt: $(DEPS_STAMP) ## Format Rust and Python sources in place and apply safe ruf
 demo: install ## Run examples/ under uvicorn against a throwaway redis-server and show what happens
 	$(PY) scripts/demo.py
 
-bench: install ## Run the benchmarks, idle-host regime then busy-host regime (--busy)
+bench: install ## Run the benchmarks (backends, then compressors/serializers), idle and busy host
 	$(PY) benchmarks/bench.py --both
 	$(PY) benchmarks/chart.py
+	$(PY) benchmarks/codec_bench.py
+	$(PY) benchmarks/codec_bench.py --busy
 
 wheel: system-deps $(DEPS_STAMP) ## Build the abi3 release wheel into dist/
 	$(BIN)/maturin build --release --out dist --interpreter $(PY)

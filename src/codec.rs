@@ -248,7 +248,7 @@ fn lz4_decode<S: Sink + ?Sized>(data: &[u8], header: &Lz4Header, sink: &mut S) -
 
 /// Decompress one LZ4 frame of at most `max` bytes (what `lz4_decompress` does, into a `Vec`).
 #[cfg(test)]
-fn lz4_frame_decompress(data: &[u8], max: usize) -> Result<Vec<u8>> {
+pub fn lz4_frame_decompress(data: &[u8], max: usize) -> Result<Vec<u8>> {
     let header = lz4_header(data)?;
     match header.content_size {
         Some(claimed) => {
@@ -387,7 +387,7 @@ fn zstd_decompress_growing(data: &[u8], max: usize) -> Result<Vec<u8>> {
 
 /// Decompress zstd frames into at most `max` bytes (what `zstd_decompress` does, into a `Vec`).
 #[cfg(test)]
-fn zstd_frame_decompress(data: &[u8], max: usize) -> Result<Vec<u8>> {
+pub fn zstd_frame_decompress(data: &[u8], max: usize) -> Result<Vec<u8>> {
     if let Some(claimed) = zstd_claim(data)? {
         let mut out = vec![0u8; check_claim("zstd", claimed, data.len(), ZSTD_MAX_RATIO, max)?];
         if zstd_decompress_exact(data, &mut out)? {

@@ -5,6 +5,8 @@ mod bridge;
 mod client;
 mod codec;
 mod errors;
+#[cfg(test)]
+mod fuzz_tests;
 mod mux;
 mod reply;
 mod resp;
