@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,61 @@ def panel(data: dict[str, Any], x0: float, title: str) -> list[str]:
     return out
 
 
+def codec_chart() -> None:
+    """Compressors: compress and decompress MB/s side by side, from codec-idle.json."""
+    path = RESULTS / "codec-idle.json"
+    if not path.exists():
+        return
+    data = json.loads(path.read_text())["compressors"]
+    names = [n for n in data if n != "lzma"]
+    top = max(max(r["compress_mb_s"], r["decompress_mb_s"]) for n, r in data.items() if n in names)
+    height, base, width = 240.0, 280.0, 90
+    parts = [
+        text(
+            20 + width * len(names) / 2,
+            24,
+            15,
+            "Compressors: MB/s on a 14 KiB payload",
+            ' font-weight="bold"',
+        )
+    ]
+    for i, name in enumerate(names):
+        r = data[name]
+        x = 30 + i * width
+        for j, (key, color) in enumerate(
+            (("compress_mb_s", "#c0392b"), ("decompress_mb_s", "#2980b9"))
+        ):
+            h = height * r[key] / top
+            parts.append(
+                f'<rect x="{x + j * 28}" y="{base - h}" width="24" height="{h}" fill="{color}"/>'
+            )
+            parts.append(text(x + j * 28 + 12, base - h - 3, 9, f"{r[key]:.0f}"))
+        parts.append(text(x + 26, base + 16, 11, name))
+        parts.append(text(x + 26, base + 30, 10, f"ratio {r['ratio']:.1f}"))
+    parts.append('<rect x="30" y="330" width="12" height="12" fill="#c0392b"/>')
+    parts.append('<text x="46" y="340" font-size="11">compress</text>')
+    parts.append('<rect x="130" y="330" width="12" height="12" fill="#2980b9"/>')
+    parts.append('<text x="146" y="340" font-size="11">decompress</text>')
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{60 + width * len(names)}" height="350" '
+        'font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>'
+        + "".join(parts)
+        + "</svg>\n"
+    )
+    out = RESULTS / "codec-chart.svg"
+    out.write_text(svg)
+    print(f"wrote {out}")
+    to_png(out)
+
+
+def to_png(svg: Path) -> None:
+    """Also write a PNG when rsvg-convert (Debian's librsvg2-bin) is installed."""
+    if shutil.which("rsvg-convert"):
+        png = svg.with_suffix(".png")
+        subprocess.run(["rsvg-convert", str(svg), "-o", str(png)], check=True)
+        print(f"wrote {png}")
+
+
 def main() -> None:
     parts: list[str] = []
     for k, regime in enumerate(("idle", "busy")):
@@ -83,6 +140,8 @@ def main() -> None:
     out = RESULTS / "chart.svg"
     out.write_text(svg)
     print(f"wrote {out}")
+    to_png(out)
+    codec_chart()
 
 
 if __name__ == "__main__":
