@@ -38,7 +38,6 @@ from redoxide.serializers import PickleSerializer
 
 __all__ = ["RedisCache", "ValkeyCache"]
 
-logger = logging.getLogger("redoxide")
 
 T = TypeVar("T")
 # A command for a driver: the Rust client method and its positional arguments.
@@ -116,6 +115,31 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_bridges)
 
 
+class RawClient:
+    """Any Redis command through the cache's own connections (no key making, no encoding)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: _redoxide.Client) -> None:
+        self._client = client
+
+    def execute(self, *args: str | bytes | int | float) -> Any:
+        """Run one command and return its reply (bytes, int, list, None, True for OK)."""
+        return self._client.execute(args)
+
+    async def aexecute(self, *args: str | bytes | int | float) -> Any:
+        """Run one command from async code."""
+        return await self._client.execute(args, _bridge())
+
+    def pipeline(self, *commands: tuple[str | bytes | int | float, ...]) -> list[Any]:
+        """Run several commands in one round trip (not a transaction); return the replies."""
+        return self._client.pipeline(commands)  # type: ignore[no-any-return]
+
+    async def apipeline(self, *commands: tuple[str | bytes | int | float, ...]) -> list[Any]:
+        """Run several commands in one round trip from async code."""
+        return await self._client.pipeline(commands, _bridge())  # type: ignore[no-any-return]
+
+
 class _Computed:
     """A fail-open result that is only worked out when needed (get_or_set's default)."""
 
@@ -149,6 +173,8 @@ class RedisCache(BaseCache):
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
         self._compress = type(self._compressor) is not IdentityCompressor
         self._fail_open = self._config.ignore_exceptions
+        self._FAIL_OPEN_ERRORS = self._config.ignore_exception_classes
+        self._logger = logging.getLogger(self._config.logger_name)
 
     def __repr__(self) -> str:
         servers = ", ".join(self._config.display_servers)
@@ -262,7 +288,7 @@ class RedisCache(BaseCache):
         if not (self._fail_open and isinstance(exc, self._FAIL_OPEN_ERRORS)):
             raise exc
         if self._config.log_ignored_exceptions:
-            logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
+            self._logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
         return fallback() if isinstance(fallback, _Computed) else fallback
 
     def _run(self, plan: Plan[T], fallback: Any = None) -> T:
@@ -316,29 +342,62 @@ class RedisCache(BaseCache):
         except self._FAIL_OPEN_ERRORS as exc:
             return self._failed(exc, default)
 
-    def set(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
-    ) -> None:
+    def set(  # type: ignore[override]  # nx/xx return a bool, as in django-redis
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        nx: bool = False,
+        xx: bool = False,
+    ) -> bool | None:
+        """Store a value. With nx (only if absent) or xx (only if present), return whether it
+        was stored, as django-redis does; otherwise return None, as Django does."""
         made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
         try:
             if ttl == 0:
+                if nx or xx:
+                    return self._run(self._expire_now(made, nx, xx), False)
                 self._client.execute(("DEL", made))
+            elif nx or xx:
+                return bool(self._client.set(made, data, ttl, nx, xx))
             else:
                 self._client.set(made, data, ttl)
         except self._FAIL_OPEN_ERRORS as exc:
-            self._failed(exc, None)
+            return self._failed(exc, False if nx or xx else None)  # type: ignore[no-any-return]
+        return None
 
-    async def aset(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
-    ) -> None:
+    async def aset(  # type: ignore[override]
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        nx: bool = False,
+        xx: bool = False,
+    ) -> bool | None:
         made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
         try:
             if ttl == 0:
+                if nx or xx:
+                    return await self._arun(self._expire_now(made, nx, xx), False)
                 await self._client.execute(("DEL", made), _bridge())
+            elif nx or xx:
+                return bool(await self._client.set(made, data, ttl, nx, xx, _bridge()))
             else:
                 await self._client.set(made, data, ttl, False, False, _bridge())
         except self._FAIL_OPEN_ERRORS as exc:
-            self._failed(exc, None)
+            return self._failed(exc, False if nx or xx else None)  # type: ignore[no-any-return]
+        return None
+
+    def _expire_now(self, made: str, nx: bool, xx: bool) -> Plan[bool]:
+        """A conditional set that expires at once: report whether it would have stored."""
+        exists = yield self._client.execute, (("EXISTS", made),)
+        if xx and exists:
+            yield self._client.execute, (("DEL", made),)
+        return bool(exists) if xx else not exists
 
     def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
         keys = list(keys)
@@ -542,6 +601,12 @@ class RedisCache(BaseCache):
 
     async def aclear(self) -> bool:  # type: ignore[override]
         return await self._arun(self._clear(), False)
+
+    @property
+    def client(self) -> RawClient:
+        """Commands redoxide does not wrap, on the same connections: ``cache.client.execute(
+        "HINCRBY", cache.make_key("h"), "f", 1)`` and ``await cache.client.aexecute(...)``."""
+        return RawClient(self._client)
 
     def close(self, **kwargs: Any) -> None:
         """Do nothing: connections are shared by the whole process and outlive requests."""

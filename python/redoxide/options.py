@@ -14,7 +14,13 @@ from urllib.parse import parse_qs, urlsplit
 from django.utils.module_loading import import_string
 
 from redoxide.compressors import BaseCompressor, IdentityCompressor
-from redoxide.exceptions import ConfigurationError
+from redoxide.exceptions import (
+    CacheTimeout,
+    ConfigurationError,
+    ConnectionInterrupted,
+    ResponseError,
+    SerializationError,
+)
 from redoxide.serializers import PickleSerializer, Serializer
 
 __all__ = ["Config", "parse_config", "parse_location"]
@@ -37,6 +43,7 @@ _ALIASES = {
     "PICKLE_VERSION": "pickle_protocol",
     "IGNORE_EXCEPTIONS": "ignore_exceptions",
     "LOG_IGNORED_EXCEPTIONS": "log_ignored_exceptions",
+    "IGNORE_EXCEPTION_CLASSES": "ignore_exception_classes",
     "CLIENT_CLASS": "client_class",
     "CONNECTION_POOL_KWARGS": "pool_kwargs",
     "CONNECTION_POOL_CLASS": "pool_class",
@@ -63,6 +70,13 @@ class Config:
     compressor: BaseCompressor = field(default_factory=IdentityCompressor)
     ignore_exceptions: bool = False
     log_ignored_exceptions: bool = False
+    #: What fail-open turns into a miss (never server error replies).
+    ignore_exception_classes: tuple[type[BaseException], ...] = (
+        ConnectionInterrupted,
+        CacheTimeout,
+        SerializationError,
+    )
+    logger_name: str = "redoxide"
 
     @property
     def display_servers(self) -> tuple[str, ...]:
@@ -215,6 +229,28 @@ def _instance(option: str, value: Any, **kwargs: Any) -> Any:
     return obj
 
 
+def _exception_classes(option: str, value: Any) -> tuple[type[BaseException], ...]:
+    if isinstance(value, (str, type)):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _fail(option, "must be a non-empty list of exception classes or dotted paths")
+    classes = []
+    for item in value:
+        cls = item
+        if isinstance(cls, str):
+            try:
+                cls = import_string(cls)
+            except ImportError as exc:
+                raise _fail(option, f"cannot import {item!r}: {exc}") from exc
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            raise _fail(option, f"{item!r} is not an exception class")
+        if issubclass(cls, ResponseError) or issubclass(ResponseError, cls):
+            # A WRONGTYPE or OOM reply is a bug or an outage to see, never a silent miss.
+            raise _fail(option, f"{item!r} would swallow server error replies")
+        classes.append(cls)
+    return tuple(classes)
+
+
 def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     """Validate LOCATION and OPTIONS and return the typed configuration."""
     servers = parse_location(location)
@@ -299,11 +335,28 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
             if not callable(getattr(compressor, method, None)):
                 raise _fail(names["compressor"], f"must have a {method}() method")
         kwargs["compressor"] = compressor
-    for key in ("ignore_exceptions", "log_ignored_exceptions"):
-        if key in opts:
-            if not isinstance(opts[key], bool):
-                raise _fail(names[key], f"must be True or False, not {opts[key]!r}")
-            kwargs[key] = opts[key]
+    # django-redis' project-wide settings are the defaults; OPTIONS win.
+    from django.conf import settings
+
+    defaults = {
+        "ignore_exceptions": getattr(settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False),
+        "log_ignored_exceptions": getattr(settings, "DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS", False),
+    }
+    for key, default in defaults.items():
+        value = opts.get(key, default)
+        if not isinstance(value, bool):
+            raise _fail(names.get(key, key.upper()), f"must be True or False, not {value!r}")
+        kwargs[key] = value
+    logger_name = getattr(settings, "DJANGO_REDIS_LOGGER", None) or "redoxide"
+    if not isinstance(logger_name, str):
+        raise ConfigurationError(
+            f"redoxide: DJANGO_REDIS_LOGGER must be a logger name, not {logger_name!r}"
+        )
+    kwargs["logger_name"] = logger_name
+    if "ignore_exception_classes" in opts:
+        kwargs["ignore_exception_classes"] = _exception_classes(
+            names["ignore_exception_classes"], opts["ignore_exception_classes"]
+        )
     if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:
         raise _fail(
             names["client_class"],

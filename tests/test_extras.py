@@ -1,0 +1,96 @@
+"""django-redis extras on the main class: set(nx/xx), the raw client, fail-open settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import pytest
+from conftest import build_cache
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+from redis_server import free_port
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide") != "redoxide",
+    reason="redoxide extras",
+)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_set_nx_and_xx_report_whether_they_stored(cache: Any, use_async: bool) -> None:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if use_async:
+            return asyncio.run(cache.aset(*args, **kwargs))
+        return cache.set(*args, **kwargs)
+
+    assert call("k", 1, xx=True) is False
+    assert cache.get("k") is None
+    assert call("k", 1, nx=True) is True
+    assert call("k", 2, nx=True) is False
+    assert cache.get("k") == 1
+    assert call("k", 3, xx=True) is True
+    assert cache.get("k") == 3
+    assert call("k", 4) is None
+    # Expire-now conditional sets store nothing but say what they would have done.
+    assert call("gone", 1, timeout=0, nx=True) is True
+    assert cache.get("gone") is None
+    assert call("k", 5, timeout=0, xx=True) is True
+    assert cache.get("k") is None
+
+
+def test_raw_client_runs_any_command_on_the_same_connections(cache: Any) -> None:
+    key = cache.make_key("h")
+    assert cache.client.execute("HSET", key, "f", "v") == 1
+    assert cache.client.execute("HGET", key, "f") == b"v"
+    assert cache.client.pipeline(("HINCRBY", key, "n", 2), ("HGET", key, "n")) == [2, b"2"]
+
+    async def run() -> Any:
+        await cache.client.aexecute("HSET", key, "g", "w")
+        return await cache.client.apipeline(("HGET", key, "g"), ("HLEN", key))
+
+    assert asyncio.run(run()) == [b"w", 3]
+
+
+def test_django_redis_ignore_exceptions_settings_are_the_defaults(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    location = f"redis://127.0.0.1:{free_port()}/0"
+    options = {"SOCKET_CONNECT_TIMEOUT": 0.5}
+    with override_settings(
+        DJANGO_REDIS_IGNORE_EXCEPTIONS=True,
+        DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS=True,
+        DJANGO_REDIS_LOGGER="myproject.cache",
+    ):
+        cache = build_cache(location, {"OPTIONS": options})
+        with caplog.at_level(logging.ERROR, logger="myproject.cache"):
+            assert cache.get("k", "miss") == "miss"
+        assert any(r.name == "myproject.cache" for r in caplog.records)
+        # OPTIONS win over the project-wide setting.
+        strict = build_cache(location, {"OPTIONS": {**options, "IGNORE_EXCEPTIONS": False}})
+        with pytest.raises(ConnectionError):
+            strict.get("k")
+
+
+def test_ignored_exception_classes_are_configurable() -> None:
+    location = f"redis://127.0.0.1:{free_port()}/0"
+    options = {
+        "SOCKET_CONNECT_TIMEOUT": 0.5,
+        "IGNORE_EXCEPTIONS": True,
+        "IGNORE_EXCEPTION_CLASSES": ["redoxide.exceptions.CacheTimeout"],
+    }
+    cache = build_cache(location, {"OPTIONS": options})
+    with pytest.raises(ConnectionError):  # not in the list: still raised
+        cache.get("k")
+
+
+@pytest.mark.parametrize(
+    "classes",
+    [["redoxide.exceptions.ResponseError"], ["redoxide.exceptions.CacheError"], ["os.path"], []],
+)
+def test_ignoring_server_errors_or_non_exceptions_is_refused(classes: list[str]) -> None:
+    options = {"IGNORE_EXCEPTIONS": True, "IGNORE_EXCEPTION_CLASSES": classes}
+    with pytest.raises(ImproperlyConfigured, match="IGNORE_EXCEPTION_CLASSES"):
+        build_cache("redis://127.0.0.1:1/0", {"OPTIONS": options})
