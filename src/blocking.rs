@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::errors::{Error, Result};
-use crate::mux::{MuxConfig, Target};
+use crate::mux::{MuxConfig, Replies, Target};
 use crate::resp::{self, Scan};
 
 enum Socket {
@@ -144,9 +144,12 @@ impl Blocking {
             spin: Spin { typical: Duration::from_micros(40), misses: 0, calls: 0 },
         };
         if config.handshake_replies > 0 {
-            let replies = conn.request(&config.handshake, config.handshake_replies, config)?;
-            let replies = match replies {
-                Value::Array(items) if config.handshake_replies > 1 => items,
+            let replies = match conn.request(
+                &config.handshake,
+                Replies::Many(config.handshake_replies),
+                config,
+            )? {
+                Value::Array(items) => items,
                 one => vec![one],
             };
             for reply in replies {
@@ -187,8 +190,9 @@ impl Blocking {
         true
     }
 
-    /// Send packed commands and read `expected` replies (an array of them when more than one).
-    pub fn request(&mut self, packed: &[u8], expected: usize, config: &MuxConfig) -> Result<Value> {
+    /// Send packed commands and read their replies (one value, or a list of them).
+    pub fn request(&mut self, packed: &[u8], shape: Replies, config: &MuxConfig) -> Result<Value> {
+        let expected = shape.count();
         self.socket.write_all(packed).map_err(|e| io_error(&e, config, "sending"))?;
         let started = Instant::now();
         let window = self.spin.window();
@@ -278,6 +282,9 @@ impl Blocking {
         if !window.is_zero() {
             self.spin.record(started.elapsed(), !missed);
         }
-        Ok(if expected == 1 { replies.pop().unwrap_or(Value::Nil) } else { Value::Array(replies) })
+        Ok(match shape {
+            Replies::One => replies.pop().unwrap_or(Value::Nil),
+            Replies::Many(_) => Value::Array(replies),
+        })
     }
 }

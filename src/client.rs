@@ -17,7 +17,7 @@ use redis::{Cmd, ConnectionLike, IntoConnectionInfo, Pipeline, RedisError, Value
 use crate::blocking::Blocking;
 use crate::bridge::{Bridge, CompletionGuard, Pending, Slot};
 use crate::errors::{guard, Error, Result};
-use crate::mux::{Mux, MuxConfig, Target};
+use crate::mux::{Mux, MuxConfig, Replies, Target};
 use crate::reply::{self, Reply};
 use crate::runtime;
 
@@ -75,10 +75,10 @@ struct SyncConn {
     link: Link,
 }
 
-fn pack(req: &Request) -> (Vec<u8>, usize) {
+fn pack(req: &Request) -> (Vec<u8>, Replies) {
     match req {
-        Request::Cmd(cmd) => (cmd.get_packed_command(), 1),
-        Request::Pipe(pipe) => (pipe.get_packed_pipeline(), pipe.len()),
+        Request::Cmd(cmd) => (cmd.get_packed_command(), Replies::One),
+        Request::Pipe(pipe) => (pipe.get_packed_pipeline(), Replies::Many(pipe.len())),
     }
 }
 
@@ -145,10 +145,10 @@ impl Client {
     fn send_link(&self, link: &mut Link, req: &Request) -> Result<Reply> {
         match link {
             Link::Own(conn) => {
-                let (packed, expected) = pack(req);
+                let (packed, replies) = pack(req);
                 conn.request(
                     &packed,
-                    expected,
+                    replies,
                     self.server.as_deref().ok_or_else(|| {
                         Error::Internal("own connection without server settings".into())
                     })?,
@@ -241,9 +241,9 @@ impl Client {
     fn run_async(&self, bridge: Py<Bridge>, req: Request, convert: Convert) -> PyResult<Pending> {
         let slot = Slot::new();
         if let Some(mux) = &self.mux {
-            let (packed, expected) = pack(&req);
+            let (packed, replies) = pack(&req);
             let conn =
-                mux.submit(&packed, expected, Arc::clone(&slot), Arc::clone(&bridge.get().queue))?;
+                mux.submit(&packed, replies, Arc::clone(&slot), Arc::clone(&bridge.get().queue))?;
             return Ok(Pending::new(slot, bridge, Some(conn), convert));
         }
         let mut conn = self.aio_conn()?;

@@ -123,10 +123,27 @@ impl Stream {
     }
 }
 
+/// How many replies a request gets, and whether they come back as a list (a pipeline of one
+/// command still answers with a list of one).
+#[derive(Clone, Copy, Debug)]
+pub enum Replies {
+    One,
+    Many(usize),
+}
+
+impl Replies {
+    pub fn count(self) -> usize {
+        match self {
+            Replies::One => 1,
+            Replies::Many(n) => n,
+        }
+    }
+}
+
 struct Waiting {
     slot: Arc<Slot>,
     queue: Arc<LoopQueue>,
-    expected: usize,
+    replies: Replies,
     got: Vec<Value>,
     deadline: Instant,
 }
@@ -252,13 +269,13 @@ impl Conn {
                     )));
                     break;
                 };
-                if front.expected <= 1 {
+                if let Replies::One = front.replies {
                     if let Some(w) = st.waiting.pop_front() {
                         done.push((w.slot, w.queue, value));
                     }
                 } else {
                     front.got.push(value);
-                    if front.got.len() == front.expected {
+                    if front.got.len() == front.replies.count() {
                         if let Some(w) = st.waiting.pop_front() {
                             done.push((w.slot, w.queue, Value::Array(w.got)));
                         }
@@ -355,17 +372,16 @@ impl Mux {
         Ok(conn)
     }
 
-    /// Send packed commands expecting `expected` replies; the outcome lands in `slot`
-    /// (one value, or an array of `expected` values when `expected > 1`).
+    /// Send packed commands; the outcome lands in `slot` (one value, or a list of them).
     pub fn submit(
         &self,
         packed: &[u8],
-        expected: usize,
+        replies: Replies,
         slot: Arc<Slot>,
         queue: Arc<LoopQueue>,
     ) -> Result<Arc<Conn>> {
         let conn = self.conn()?;
-        if expected == 0 {
+        if replies.count() == 0 {
             // Nothing will answer: a waiter in the FIFO would take someone else's reply.
             slot.complete(Ok(Value::Array(Vec::new())), &queue);
             return Ok(conn);
@@ -379,7 +395,7 @@ impl Mux {
         st.waiting.push_back(Waiting {
             slot,
             queue,
-            expected,
+            replies,
             got: Vec::new(),
             deadline: Instant::now() + budget,
         });

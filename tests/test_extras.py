@@ -46,6 +46,9 @@ def test_raw_client_runs_any_command_on_the_same_connections(cache: Any) -> None
     assert cache.client.execute("HSET", key, "f", "v") == 1
     assert cache.client.execute("HGET", key, "f") == b"v"
     assert cache.client.pipeline(("HINCRBY", key, "n", 2), ("HGET", key, "n")) == [2, b"2"]
+    # A pipeline of one command still answers with a list (regression).
+    assert cache.client.pipeline(("HGET", key, "n")) == [b"2"]
+    assert asyncio.run(cache.client.apipeline(("HGET", key, "n"))) == [b"2"]
 
     async def run() -> Any:
         await cache.client.aexecute("HSET", key, "g", "w")
@@ -94,3 +97,74 @@ def test_ignoring_server_errors_or_non_exceptions_is_refused(classes: list[str])
     options = {"IGNORE_EXCEPTIONS": True, "IGNORE_EXCEPTION_CLASSES": classes}
     with pytest.raises(ImproperlyConfigured, match="IGNORE_EXCEPTION_CLASSES"):
         build_cache("redis://127.0.0.1:1/0", {"OPTIONS": options})
+
+
+def stampede_cache(make_cache: Any) -> Any:
+    return make_cache(STAMPEDE_PROTECTION=True, STAMPEDE_WINDOW=0.5, STAMPEDE_LOCK_TIMEOUT=2.0)
+
+
+def test_stampede_cold_key_computes_once_across_threads(make_cache: Any) -> None:
+    import threading
+    import time
+
+    cache = stampede_cache(make_cache)
+    calls = []
+
+    def expensive() -> str:
+        calls.append(1)
+        time.sleep(0.2)
+        return "fresh"
+
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(cache.get_or_set("k", expensive, 30)))
+        for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == ["fresh"] * 16
+    assert len(calls) == 1
+
+
+def test_stampede_near_expiry_one_task_recomputes_others_get_current(make_cache: Any) -> None:
+    cache = stampede_cache(make_cache)
+    calls = []
+
+    async def run() -> list[Any]:
+        await cache.aset("k", "old", timeout=1)
+        await asyncio.sleep(0.6)  # now in the last half of its life
+
+        def recompute() -> str:
+            calls.append(1)
+            return "new"
+
+        return list(
+            await asyncio.gather(*(cache.aget_or_set("k", recompute, 1) for _ in range(50)))
+        )
+
+    results = asyncio.run(run())
+    assert len(calls) == 1
+    assert results.count("new") == 1
+    assert results.count("old") == 49
+    assert cache.get("k") == "new"
+    # Plain readers and the stored format are untouched: no lock key is left behind either.
+    assert cache.client.execute("EXISTS", cache.make_key("k") + ":redoxide-recompute") == 0
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_clear_prefix_only_leaves_other_data_alone(
+    make_cache: Any, redis_client: Any, use_async: bool
+) -> None:
+    mine = make_cache(KEY_PREFIX="app*1", CLEAR_PREFIX_ONLY=True)
+    other = make_cache(KEY_PREFIX="app11")
+    mine.set_many({"a": 1, "b": 2})
+    mine.set("c", 3, version=7)
+    other.set("a", "keep")
+    redis_client.set("unrelated", "keep")
+    assert (asyncio.run(mine.aclear()) if use_async else mine.clear()) is True
+    assert mine.get_many(["a", "b"]) == {}
+    assert mine.get("c", version=7) is None
+    assert other.get("a") == "keep"
+    assert redis_client.get("unrelated") == b"keep"

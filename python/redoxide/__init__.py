@@ -4,6 +4,7 @@ CACHES = {"default": {"BACKEND": "redoxide.RedisCache", "LOCATION": "redis://127
 """
 
 from redoxide.cache import RedisCache, ValkeyCache
+from redoxide.lock import AsyncLock, Lock
 
-__all__ = ["RedisCache", "ValkeyCache"]
+__all__ = ["AsyncLock", "Lock", "RedisCache", "ValkeyCache"]
 __version__ = "0.1.0"

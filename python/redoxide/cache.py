@@ -13,7 +13,9 @@ import logging
 import os
 import pickle
 import re
+import secrets
 import threading
+import time
 import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, TypeVar
@@ -26,6 +28,8 @@ from django.core.cache.backends.base import (
 )
 
 from redoxide import _redoxide
+from redoxide._expiry import ExpiryMixin
+from redoxide._patterns import PatternsMixin, glob_escape
 from redoxide.compressors import IdentityCompressor, decompress_any
 from redoxide.exceptions import (
     CacheTimeout,
@@ -33,6 +37,7 @@ from redoxide.exceptions import (
     ResponseError,
     SerializationError,
 )
+from redoxide.lock import LockMixin
 from redoxide.options import Config, parse_config
 from redoxide.serializers import PickleSerializer
 
@@ -51,6 +56,16 @@ _UNSAFE_KEY = re.compile(r"[\x00-\x20\x7f]")
 _INCR_SCRIPT = (
     "if redis.call('EXISTS', KEYS[1]) == 1 then "
     "return redis.call('INCRBY', KEYS[1], ARGV[1]) end return false"
+)
+# Take the recompute lock only while the value is missing (-2) or has less than ARGV[3] ms left.
+_ACQUIRE_SCRIPT = (
+    "local left = redis.call('PTTL', KEYS[1]) "
+    "if left == -2 or (left >= 0 and left < tonumber(ARGV[3])) then "
+    "return redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) end return false"
+)
+# Delete a lock only if it still holds our token (it may have expired and been retaken).
+_RELEASE_SCRIPT = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 )
 # Move a value to a new version in one step, keeping its TTL.
 _RENAME_SCRIPT = (
@@ -115,6 +130,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_bridges)
 
 
+def _pause(seconds: float, bridge: Any = None) -> Any:
+    """A plan step that waits: time.sleep in sync code, asyncio.sleep in async code."""
+    if bridge is None:
+        time.sleep(seconds)
+        return None
+    return asyncio.sleep(seconds)
+
+
 class RawClient:
     """Any Redis command through the cache's own connections (no key making, no encoding)."""
 
@@ -152,7 +175,7 @@ class _Computed:
         return self.default() if callable(self.default) else self.default
 
 
-class RedisCache(BaseCache):
+class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
     """A Django cache backend for Redis and Valkey with a Rust core and native async."""
 
     #: What IGNORE_EXCEPTIONS turns into a miss: the server being away or slow, and a stored
@@ -492,6 +515,8 @@ class RedisCache(BaseCache):
         return version + delta
 
     def _get_or_set(self, key: Any, default: Any, timeout: Any, version: int | None) -> Plan[Any]:
+        if self._config.stampede_protection:
+            return (yield from self._get_or_set_guarded(key, default, timeout, version))
         made = self._key(key, version)
         c = self._client
         data = yield c.get, (made,)
@@ -509,7 +534,61 @@ class RedisCache(BaseCache):
         _, data = yield c.pipeline, ((set_cmd, ("GET", made)),)
         return default if data is None else self._decode(data, key)
 
+    def _get_or_set_guarded(
+        self, key: Any, default: Any, timeout: Any, version: int | None
+    ) -> Plan[Any]:
+        """get_or_set with stampede protection (STAMPEDE_PROTECTION): while a value is in the
+        last STAMPEDE_WINDOW of its life, one caller (holding a short lock) recomputes it and the
+        others keep returning the current value; when it is missing, one caller computes and
+        the others wait for its result (at most STAMPEDE_LOCK_TIMEOUT), so the function runs
+        once per expiry, not once per caller. Plain get() readers see nothing different."""
+        made, ttl = self._key(key, version), self._ttl_ms(timeout)
+        c = self._client
+        lock, token = f"{made}:redoxide-recompute", secrets.token_hex(8)
+        lock_ms = self._config.stampede_lock_ms
+        data, left = yield c.pipeline, ((("GET", made), ("PTTL", made)),)
+        if data is not None:
+            value = self._decode(data, key)
+            if ttl is None or not 0 < left < ttl * self._config.stampede_window:
+                return value
+            # Near expiry: recompute only if the value is still old when we take the lock.
+            threshold = round(ttl * self._config.stampede_window)
+            acquire = ("EVAL", _ACQUIRE_SCRIPT, 2, made, lock, token, lock_ms, threshold)
+            if not (yield c.execute, (acquire,)):
+                return value  # someone else is recomputing, or just did
+        else:
+            # Missing: take the lock only while the value is still missing.
+            acquire = ("EVAL", _ACQUIRE_SCRIPT, 2, made, lock, token, lock_ms, 0)
+            step, waited = 0.005, 0.0
+            while not (yield c.execute, (acquire,)):
+                data = yield c.get, (made,)
+                if data is not None:
+                    return self._decode(data, key)
+                if waited >= lock_ms / 1000:
+                    break  # the computing caller is stuck: compute ourselves, lock or not
+                yield _pause, (step,)
+                waited += step
+                step = min(step * 2, 0.1)
+        fresh = default() if callable(default) else default
+        encoded = self._encode(fresh)
+        if ttl == 0:
+            store: tuple[Any, ...] = ("DEL", made)
+        else:
+            store = ("SET", made, encoded) + (() if ttl is None else ("PX", ttl))
+        # Releasing checks the token, so a lock we no longer hold is left alone.
+        yield c.pipeline, ((store, ("EVAL", _RELEASE_SCRIPT, 1, lock, token)),)
+        return fresh
+
     def _clear(self) -> Plan[bool]:
+        if self._config.clear_prefix_only:
+            # Only this cache's keys, every version: for a database shared with other data.
+            prefix = glob_escape(self.key_prefix)
+            if self.key_func is default_key_func:
+                match = f"{prefix}:*"
+            else:
+                match = self.key_func("*", prefix, "*")
+            yield from self._delete_matching(match)
+            return True
         return bool((yield self._client.execute, (("FLUSHDB",),)))
 
     # -- the rest of the API: each sync method and its async twin run the same plan -------------

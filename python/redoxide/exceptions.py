@@ -10,6 +10,8 @@ __all__ = [
     "ConfigurationError",
     "ConnectionInterrupted",
     "InternalError",
+    "LockError",
+    "LockNotOwnedError",
     "ResponseError",
     "SerializationError",
 ]
@@ -41,3 +43,11 @@ class ConfigurationError(CacheError, ImproperlyConfigured):
 
 class InternalError(CacheError):
     """A bug inside redoxide (a Rust panic); the interpreter keeps running."""
+
+
+class LockError(CacheError):
+    """A lock could not be acquired in time, or was released or extended while not held."""
+
+
+class LockNotOwnedError(LockError):
+    """The lock was held by this instance but has expired or now belongs to someone else."""

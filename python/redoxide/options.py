@@ -44,6 +44,10 @@ _ALIASES = {
     "IGNORE_EXCEPTIONS": "ignore_exceptions",
     "LOG_IGNORED_EXCEPTIONS": "log_ignored_exceptions",
     "IGNORE_EXCEPTION_CLASSES": "ignore_exception_classes",
+    "STAMPEDE_PROTECTION": "stampede_protection",
+    "CLEAR_PREFIX_ONLY": "clear_prefix_only",
+    "STAMPEDE_WINDOW": "stampede_window",
+    "STAMPEDE_LOCK_TIMEOUT": "stampede_lock_timeout",
     "CLIENT_CLASS": "client_class",
     "CONNECTION_POOL_KWARGS": "pool_kwargs",
     "CONNECTION_POOL_CLASS": "pool_class",
@@ -77,6 +81,14 @@ class Config:
         SerializationError,
     )
     logger_name: str = "redoxide"
+    #: clear() deletes only this cache's keys (SCAN + UNLINK) instead of FLUSHDB.
+    clear_prefix_only: bool = False
+    #: get_or_set: one caller recomputes (see RedisCache._get_or_set_guarded).
+    stampede_protection: bool = False
+    #: The last fraction of a value's life during which it is recomputed early.
+    stampede_window: float = 0.1
+    #: How long one recomputation may hold the others back, in ms.
+    stampede_lock_ms: int = 5000
 
     @property
     def display_servers(self) -> tuple[str, ...]:
@@ -353,6 +365,21 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
             f"redoxide: DJANGO_REDIS_LOGGER must be a logger name, not {logger_name!r}"
         )
     kwargs["logger_name"] = logger_name
+    for flag in ("stampede_protection", "clear_prefix_only"):
+        if flag in opts:
+            if not isinstance(opts[flag], bool):
+                raise _fail(names[flag], f"must be True or False, not {opts[flag]!r}")
+            kwargs[flag] = opts[flag]
+    if "stampede_window" in opts:
+        window = opts["stampede_window"]
+        if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window < 1:
+            raise _fail(
+                names["stampede_window"], f"must be a fraction between 0 and 1, not {window!r}"
+            )
+        kwargs["stampede_window"] = float(window)
+    if "stampede_lock_timeout" in opts:
+        seconds = _seconds(names["stampede_lock_timeout"], opts["stampede_lock_timeout"])
+        kwargs["stampede_lock_ms"] = max(1, round(seconds * 1000))
     if "ignore_exception_classes" in opts:
         kwargs["ignore_exception_classes"] = _exception_classes(
             names["ignore_exception_classes"], opts["ignore_exception_classes"]

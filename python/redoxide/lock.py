@@ -1,0 +1,324 @@
+"""Distributed locks on the cache's server: cache.lock(name) and cache.alock(name).
+
+A lock is one key holding a random token. Acquiring is ``SET name token NX PX timeout`` (one
+round trip when uncontended); releasing and extending are Lua scripts that compare the token
+first (one round trip each), so only the owner can release or extend, and a holder whose lock
+expired cannot release the next owner's. The API mirrors redis-py's ``Lock``, which is what
+django-redis' ``cache.lock()`` returns.
+
+Locks never fail open: with IGNORE_EXCEPTIONS, a lock that reported itself acquired while the
+server is away would break mutual exclusion, so connection errors always raise (as they do
+with django-redis, whose lock I/O bypasses IGNORE_EXCEPTIONS too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace, TracebackType
+from typing import TYPE_CHECKING, Any
+
+from redoxide import cache as _cache_module
+from redoxide.exceptions import LockError, LockNotOwnedError
+
+if TYPE_CHECKING:
+    from redoxide import _redoxide
+
+__all__ = ["AsyncLock", "Lock", "LockError", "LockMixin", "LockNotOwnedError"]
+
+
+# Delete the lock only if it still holds our token.
+_RELEASE_SCRIPT = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+# Set (ARGV[3] == '1') or add to (otherwise) the lock's TTL, only if it still holds our token.
+_EXTEND_SCRIPT = (
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local ttl = tonumber(ARGV[2]) "
+    "if ARGV[3] ~= '1' then "
+    "local left = redis.call('PTTL', KEYS[1]) "
+    "if left < 0 then return 1 end "  # no expiry: nothing to add to
+    "ttl = ttl + left end "
+    "redis.call('PEXPIRE', KEYS[1], ttl) return 1"
+)
+
+
+def _seconds_to_ms(seconds: float, what: str) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {seconds!r}")
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{what} must be a positive number of seconds, not {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+class _LockState:
+    """What Lock and AsyncLock share: the commands they send and how replies are read."""
+
+    def __init__(
+        self,
+        client: _redoxide.Client,
+        name: str,
+        timeout: float | None,
+        sleep: float,
+        blocking: bool,
+        blocking_timeout: float | None,
+        thread_local: bool,
+    ) -> None:
+        self._client = client
+        self.name = name
+        self.timeout = timeout
+        self._ttl_ms = None if timeout is None else _seconds_to_ms(timeout, "timeout")
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        # Thread-local by default, like redis-py: a thread that shares the instance but did
+        # not acquire it cannot release another thread's hold on it.
+        self._local: Any = threading.local() if thread_local else SimpleNamespace()
+        self._local.token = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    @property
+    def _token(self) -> bytes | None:
+        return getattr(self._local, "token", None)
+
+    @_token.setter
+    def _token(self, token: bytes | None) -> None:
+        self._local.token = token
+
+    def _attempts(
+        self, sleep: float | None, blocking: bool | None, blocking_timeout: float | None
+    ) -> Iterator[float]:
+        """Yield how long to wait before each acquisition attempt (0 before the first)."""
+        sleep = self.sleep if sleep is None else sleep
+        blocking = self.blocking if blocking is None else blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        deadline = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        yield 0.0
+        if not blocking:
+            return
+        while True:
+            delay = sleep
+            if deadline is not None:
+                delay = min(delay, deadline - time.monotonic())
+                if delay <= 0:
+                    return
+            yield delay
+
+    def _acquire_command(self, token: bytes) -> tuple[Any, ...]:
+        if self._ttl_ms is None:
+            return ("SET", self.name, token, "NX")
+        return ("SET", self.name, token, "NX", "PX", self._ttl_ms)
+
+    def _held_token(self, action: str) -> bytes:
+        token = self._token
+        if token is None:
+            raise LockError(f"cannot {action} lock {self.name!r}: it is not held")
+        return token
+
+    def _release_command(self) -> tuple[Any, ...]:
+        return ("EVAL", _RELEASE_SCRIPT, 1, self.name, self._held_token("release"))
+
+    def _released(self, reply: Any) -> None:
+        self._token = None
+        if not reply:
+            raise LockNotOwnedError(
+                f"cannot release lock {self.name!r}: it expired or is now held by someone else"
+            )
+
+    def _extend_command(self, additional_time: float, replace_ttl: bool) -> tuple[Any, ...]:
+        token = self._held_token("extend")
+        if self.timeout is None:
+            raise LockError(f"cannot extend lock {self.name!r}: it has no timeout")
+        ms = _seconds_to_ms(additional_time, "additional_time")
+        return ("EVAL", _EXTEND_SCRIPT, 1, self.name, token, ms, "1" if replace_ttl else "0")
+
+    def _extended(self, reply: Any) -> bool:
+        if not reply:
+            raise LockNotOwnedError(
+                f"cannot extend lock {self.name!r}: it expired or is now held by someone else"
+            )
+        return True
+
+    def _owned(self, stored: bytes | None) -> bool:
+        return stored is not None and stored == self._token
+
+    def _not_acquired(self) -> LockError:
+        return LockError(f"could not acquire lock {self.name!r} within the time allowed")
+
+
+class Lock(_LockState):
+    """A distributed lock, used like threading.Lock (and redis-py's Lock)."""
+
+    def acquire(
+        self,
+        sleep: float | None = None,
+        blocking: bool | None = None,
+        blocking_timeout: float | None = None,
+    ) -> bool:
+        """Take the lock; return False if it stayed taken (non-blocking or out of time)."""
+        token = uuid.uuid4().hex.encode()
+        command = self._acquire_command(token)
+        for delay in self._attempts(sleep, blocking, blocking_timeout):
+            if delay:
+                time.sleep(delay)
+            if self._client.execute(command):
+                self._token = token
+                return True
+        return False
+
+    def release(self) -> None:
+        """Release the lock; raise LockError if this instance does not hold it anymore."""
+        self._released(self._client.execute(self._release_command()))
+
+    def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """Add additional_time seconds to the lock's TTL (or set the TTL to it)."""
+        return self._extended(
+            self._client.execute(self._extend_command(additional_time, replace_ttl))
+        )
+
+    def reacquire(self) -> bool:
+        """Reset the lock's TTL to its timeout."""
+        return self.extend(self.timeout or 0, replace_ttl=True)
+
+    def locked(self) -> bool:
+        """Return True if anyone holds the lock."""
+        return bool(self._client.execute(("EXISTS", self.name)))
+
+    def owned(self) -> bool:
+        """Return True if this instance (in this thread) holds the lock."""
+        return self._owned(self._client.execute(("GET", self.name)))
+
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise self._not_acquired()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class AsyncLock(_LockState):
+    """The same lock for asyncio: every method is a coroutine and waits with asyncio.sleep."""
+
+    async def acquire(
+        self,
+        sleep: float | None = None,
+        blocking: bool | None = None,
+        blocking_timeout: float | None = None,
+    ) -> bool:
+        """Take the lock; return False if it stayed taken (non-blocking or out of time)."""
+        token = uuid.uuid4().hex.encode()
+        command = self._acquire_command(token)
+        for delay in self._attempts(sleep, blocking, blocking_timeout):
+            if delay:
+                await asyncio.sleep(delay)
+            if await self._client.execute(command, _bridge()):
+                self._token = token
+                return True
+        return False
+
+    async def release(self) -> None:
+        """Release the lock; raise LockError if this instance does not hold it anymore."""
+        self._released(await self._client.execute(self._release_command(), _bridge()))
+
+    async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """Add additional_time seconds to the lock's TTL (or set the TTL to it)."""
+        command = self._extend_command(additional_time, replace_ttl)
+        return self._extended(await self._client.execute(command, _bridge()))
+
+    async def reacquire(self) -> bool:
+        """Reset the lock's TTL to its timeout."""
+        return await self.extend(self.timeout or 0, replace_ttl=True)
+
+    async def locked(self) -> bool:
+        """Return True if anyone holds the lock."""
+        return bool(await self._client.execute(("EXISTS", self.name), _bridge()))
+
+    async def owned(self) -> bool:
+        """Return True if this instance (in this thread) holds the lock."""
+        return self._owned(await self._client.execute(("GET", self.name), _bridge()))
+
+    async def __aenter__(self) -> AsyncLock:
+        if not await self.acquire():
+            raise self._not_acquired()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+
+def _bridge() -> _redoxide.Bridge:
+    # Looked up at call time: redoxide.cache imports this module while it is being built.
+    return _cache_module._bridge()
+
+
+class LockMixin:
+    """cache.lock() and cache.alock(), for RedisCache."""
+
+    if TYPE_CHECKING:  # provided by RedisCache
+        _client: _redoxide.Client
+
+        def _key(self, key: Any, version: int | None) -> str: ...
+
+    def lock(
+        self,
+        key: Any,
+        version: int | None = None,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+    ) -> Lock:
+        """Return a lock on key (made with the cache's KEY_PREFIX, VERSION and KEY_FUNCTION).
+
+        timeout is the lock's lifetime in seconds (None: until released); sleep is the wait
+        between attempts while blocking; blocking_timeout bounds the whole wait (None: no
+        bound). Arguments as django-redis' cache.lock().
+        """
+        return Lock(
+            self._client,
+            self._key(key, version),
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+        )
+
+    def alock(
+        self,
+        key: Any,
+        version: int | None = None,
+        timeout: float | None = None,
+        sleep: float = 0.1,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        thread_local: bool = True,
+    ) -> AsyncLock:
+        """Return an asyncio lock on key; the arguments are those of lock()."""
+        return AsyncLock(
+            self._client,
+            self._key(key, version),
+            timeout,
+            sleep,
+            blocking,
+            blocking_timeout,
+            thread_local,
+        )

@@ -1,0 +1,285 @@
+"""ttl, pttl, expire, pexpire, expire_at, pexpire_at, persist, as django-redis has them.
+
+Each test runs twice, once through the sync method and once through its async twin, and checks
+the TTL the server itself reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide.RedisCache") != "redoxide.RedisCache",
+    reason="redoxide extras",
+)
+
+Call = Callable[..., Any]
+
+
+def _cache_class() -> type[Any]:
+    import redoxide
+    from redoxide._expiry import ExpiryMixin
+
+    if issubclass(redoxide.RedisCache, ExpiryMixin):
+        return redoxide.RedisCache
+    return type("ExpiryCache", (ExpiryMixin, redoxide.RedisCache), {})
+
+
+def build(location: str, **params: Any) -> Any:
+    return _cache_class()(location, params)
+
+
+@pytest.fixture
+def make(redis_server: RedisServer) -> Callable[..., Any]:
+    """Return a factory of caches with the expiry methods, on a flushed redis_server."""
+    redis_server.flushall()
+    return lambda **params: build(redis_server.url, **params)
+
+
+@pytest.fixture(params=["sync", "async"])
+def call(request: pytest.FixtureRequest) -> Call:
+    """Return call(cache, method, *args, **kwargs), through the sync method or its async twin."""
+    if request.param == "sync":
+        return lambda cache, name, *a, **kw: getattr(cache, name)(*a, **kw)
+    return lambda cache, name, *a, **kw: asyncio.run(getattr(cache, "a" + name)(*a, **kw))
+
+
+def _now() -> float:
+    return datetime.datetime.now(datetime.timezone.utc).timestamp()
+
+
+# -- ttl / pttl -----------------------------------------------------------------------------------
+
+
+def test_ttl_of_missing_key_is_zero(make: Call, call: Call) -> None:
+    cache = make()
+    assert call(cache, "ttl", "missing") == 0
+    assert call(cache, "pttl", "missing") == 0
+
+
+def test_ttl_of_persistent_key_is_none(make: Call, call: Call) -> None:
+    cache = make()
+    cache.set("k", 1, timeout=None)
+    assert call(cache, "ttl", "k") is None
+    assert call(cache, "pttl", "k") is None
+
+
+def test_ttl_and_pttl_match_the_server(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=100)
+    assert call(cache, "ttl", "k") in (99, 100)
+    assert redis_client.ttl(cache.make_key("k")) in (99, 100)
+    pttl = call(cache, "pttl", "k")
+    assert 95_000 < pttl <= 100_000
+    assert abs(pttl - redis_client.pttl(cache.make_key("k"))) < 1000
+
+
+# -- expire / pexpire -----------------------------------------------------------------------------
+
+
+def test_expire_sets_seconds(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=None)
+    assert call(cache, "expire", "k", 50) is True
+    assert redis_client.ttl(cache.make_key("k")) in (49, 50)
+    assert call(cache, "expire", "k", datetime.timedelta(minutes=2)) is True
+    assert redis_client.ttl(cache.make_key("k")) in (119, 120)
+    assert call(cache, "expire", "k", 0.5) is True
+    assert 0 < redis_client.pttl(cache.make_key("k")) <= 500
+
+
+def test_pexpire_sets_milliseconds(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=None)
+    assert call(cache, "pexpire", "k", 50_000) is True
+    assert 45_000 < redis_client.pttl(cache.make_key("k")) <= 50_000
+    assert call(cache, "pexpire", "k", datetime.timedelta(seconds=20)) is True
+    assert 15_000 < redis_client.pttl(cache.make_key("k")) <= 20_000
+
+
+def test_expire_of_missing_key_is_false(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    assert call(cache, "expire", "missing", 10) is False
+    assert call(cache, "pexpire", "missing", 10_000) is False
+    assert call(cache, "expire", "missing", None) is False
+    assert call(cache, "expire", "missing", 0) is False
+    assert redis_client.keys("*") == []
+
+
+def test_expire_default_timeout_is_the_cache_timeout(
+    make: Call, call: Call, redis_client: Any
+) -> None:
+    # pexpire too: the default is TIMEOUT seconds, not TIMEOUT ms as in django-redis.
+    cache = make(TIMEOUT=40)
+    for method in ("expire", "pexpire"):
+        cache.set("k", "v", timeout=None)
+        assert call(cache, method, "k", DEFAULT_TIMEOUT) is True
+        assert redis_client.ttl(cache.make_key("k")) in (39, 40)
+
+
+def test_expire_none_makes_the_key_persistent(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=10)
+    assert call(cache, "expire", "k", None) is True
+    assert redis_client.ttl(cache.make_key("k")) == -1
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_expire_zero_or_less_deletes(make: Call, call: Call, timeout: int) -> None:
+    cache = make()
+    for method in ("expire", "pexpire"):
+        cache.set("k", "v", timeout=None)
+        assert call(cache, method, "k", timeout) is True
+        assert cache.get("k") is None
+
+
+def test_expire_rejects_a_non_number(make: Call, call: Call) -> None:
+    cache = make()
+    cache.set("k", "v")
+    with pytest.raises(TypeError):
+        call(cache, "expire", "k", "10")
+    with pytest.raises(TypeError):
+        call(cache, "pexpire", "k", True)
+
+
+# -- expire_at / pexpire_at -----------------------------------------------------------------------
+
+
+def test_expire_at_datetime_and_unix_time(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=None)
+    when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60)
+    assert call(cache, "expire_at", "k", when) is True
+    assert 55_000 < redis_client.pttl(cache.make_key("k")) <= 60_000
+    assert call(cache, "expire_at", "k", int(_now()) + 30) is True
+    assert 25 <= redis_client.ttl(cache.make_key("k")) <= 30
+
+
+def test_pexpire_at_datetime_and_unix_ms(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=None)
+    when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=45)
+    assert call(cache, "pexpire_at", "k", when) is True
+    assert 40_000 < redis_client.pttl(cache.make_key("k")) <= 45_000
+    assert call(cache, "pexpire_at", "k", round(_now() * 1000) + 20_000) is True
+    assert 15_000 < redis_client.pttl(cache.make_key("k")) <= 20_000
+
+
+def test_expire_at_in_the_past_deletes(make: Call, call: Call) -> None:
+    cache = make()
+    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)
+    for method in ("expire_at", "pexpire_at"):
+        cache.set("k", "v", timeout=None)
+        assert call(cache, method, "k", past) is True
+        assert cache.get("k") is None
+
+
+def test_expire_at_of_missing_key_is_false(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60)
+    assert call(cache, "expire_at", "missing", when) is False
+    assert call(cache, "pexpire_at", "missing", when) is False
+    assert redis_client.keys("*") == []
+
+
+def test_expire_at_rejects_a_non_time(make: Call, call: Call) -> None:
+    cache = make()
+    with pytest.raises(TypeError):
+        call(cache, "expire_at", "k", "tomorrow")
+
+
+# -- persist --------------------------------------------------------------------------------------
+
+
+def test_persist_removes_the_expiry(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=10)
+    assert call(cache, "persist", "k") is True
+    assert redis_client.ttl(cache.make_key("k")) == -1
+    assert call(cache, "ttl", "k") is None
+
+
+def test_persist_of_persistent_or_missing_key_is_false(make: Call, call: Call) -> None:
+    cache = make()
+    cache.set("k", "v", timeout=None)
+    assert call(cache, "persist", "k") is False
+    assert call(cache, "persist", "missing") is False
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+
+def test_methods_use_prefix_and_version(make: Call, call: Call, redis_client: Any) -> None:
+    cache = make(KEY_PREFIX="pre", VERSION=2)
+    cache.set("k", "v", timeout=None)
+    cache.set("k", "v3", timeout=None, version=3)
+    assert call(cache, "expire", "k", 70) is True
+    assert redis_client.ttl("pre:2:k") in (69, 70)
+    assert redis_client.ttl("pre:3:k") == -1
+    assert call(cache, "pexpire", "k", 80_000, version=3) is True
+    assert 75_000 < redis_client.pttl("pre:3:k") <= 80_000
+    assert call(cache, "ttl", "k") in (69, 70)
+    assert call(cache, "ttl", "k", version=3) in (79, 80)
+    assert call(cache, "ttl", "k", version=4) == 0
+    assert call(cache, "persist", "k", version=3) is True
+    assert redis_client.ttl("pre:3:k") == -1
+    assert redis_client.ttl("pre:2:k") in (69, 70)
+    assert call(cache, "expire_at", "k", int(_now()) + 90, version=3) is True
+    assert 85 <= redis_client.ttl("pre:3:k") <= 90
+
+
+def test_methods_warn_about_unsafe_keys(make: Call, call: Call) -> None:
+    from django.core.cache import CacheKeyWarning
+
+    cache = make()
+    with pytest.warns(CacheKeyWarning):
+        call(cache, "ttl", "bad key")
+
+
+# -- fail-open ------------------------------------------------------------------------------------
+
+# (method, args, what IGNORE_EXCEPTIONS returns): a down server reads as a missing key.
+FAIL_OPEN_CASES: list[tuple[str, tuple[Any, ...], Any]] = [
+    ("ttl", ("k",), 0),
+    ("pttl", ("k",), 0),
+    ("expire", ("k", 10), False),
+    ("pexpire", ("k", 10_000), False),
+    ("expire_at", ("k", datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)), False),
+    ("pexpire_at", ("k", 4_102_444_800_000), False),
+    ("persist", ("k",), False),
+]
+DOWN_OPTIONS = {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "expected"), FAIL_OPEN_CASES, ids=[c[0] for c in FAIL_OPEN_CASES]
+)
+def test_fail_open_when_server_is_down(
+    call: Call, method: str, args: tuple[Any, ...], expected: Any
+) -> None:
+    options = {**DOWN_OPTIONS, "IGNORE_EXCEPTIONS": True}
+    cache = build(f"redis://127.0.0.1:{free_port()}/0", OPTIONS=options)
+    result = call(cache, method, *args)
+    assert result == expected
+    assert type(result) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "expected"), FAIL_OPEN_CASES, ids=[c[0] for c in FAIL_OPEN_CASES]
+)
+def test_errors_raise_without_ignore_exceptions(
+    call: Call, method: str, args: tuple[Any, ...], expected: Any
+) -> None:
+    from redoxide.exceptions import ConnectionInterrupted
+
+    cache = build(f"redis://127.0.0.1:{free_port()}/0", OPTIONS=DOWN_OPTIONS)
+    with pytest.raises(ConnectionInterrupted):
+        call(cache, method, *args)
