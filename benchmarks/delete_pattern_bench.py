@@ -58,10 +58,9 @@ def main() -> None:
 
     from django_redis.cache import RedisCache as DjangoRedisCache
     from redoxide import RedisCache
-    from redoxide._patterns import DEFAULT_ITERSIZE, PatternsMixin
+    from redoxide._patterns import DEFAULT_ITERSIZE
 
-    class Cache(PatternsMixin, RedisCache):  # until the mixin is among RedisCache's bases
-        pass
+    Cache = RedisCache
 
     with RedisServer() as server:
         raw = redis.Redis(host="127.0.0.1", port=server.port)
