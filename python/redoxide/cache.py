@@ -377,18 +377,16 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
     ) -> bool | None:
         """Store a value. With nx (only if absent) or xx (only if present), return whether it
         was stored, as django-redis does; otherwise return None, as Django does."""
+        if nx or xx:
+            return self._run(self._set_if(key, value, timeout, version, nx), False)
         made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
         try:
             if ttl == 0:
-                if nx or xx:
-                    return self._run(self._expire_now(made, nx, xx), False)
                 self._client.execute(("DEL", made))
-            elif nx or xx:
-                return bool(self._client.set(made, data, ttl, nx, xx))
             else:
                 self._client.set(made, data, ttl)
         except self._FAIL_OPEN_ERRORS as exc:
-            return self._failed(exc, False if nx or xx else None)  # type: ignore[no-any-return]
+            self._failed(exc, None)
         return None
 
     async def aset(  # type: ignore[override]
@@ -401,26 +399,30 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
         nx: bool = False,
         xx: bool = False,
     ) -> bool | None:
+        if nx or xx:
+            return await self._arun(self._set_if(key, value, timeout, version, nx), False)
         made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
         try:
             if ttl == 0:
-                if nx or xx:
-                    return await self._arun(self._expire_now(made, nx, xx), False)
                 await self._client.execute(("DEL", made), _bridge())
-            elif nx or xx:
-                return bool(await self._client.set(made, data, ttl, nx, xx, _bridge()))
             else:
                 await self._client.set(made, data, ttl, False, False, _bridge())
         except self._FAIL_OPEN_ERRORS as exc:
-            return self._failed(exc, False if nx or xx else None)  # type: ignore[no-any-return]
+            self._failed(exc, None)
         return None
 
-    def _expire_now(self, made: str, nx: bool, xx: bool) -> Plan[bool]:
-        """A conditional set that expires at once: report whether it would have stored."""
-        exists = yield self._client.execute, (("EXISTS", made),)
-        if xx and exists:
-            yield self._client.execute, (("DEL", made),)
-        return bool(exists) if xx else not exists
+    def _set_if(
+        self, key: Any, value: Any, timeout: Any, version: int | None, nx: bool
+    ) -> Plan[bool]:
+        """SET NX (nx) or SET XX (not nx): return whether the value was stored."""
+        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        if ttl == 0:
+            # Expires at once: report what it would have done, leave nothing behind.
+            exists = yield self._client.execute, (("EXISTS", made),)
+            if not nx and exists:
+                yield self._client.execute, (("DEL", made),)
+            return bool(exists) != nx
+        return bool((yield self._client.set, (made, data, ttl, nx, not nx)))
 
     def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
         keys = list(keys)
