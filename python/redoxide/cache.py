@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import pickle
 import re
@@ -241,7 +242,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
             return None
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-        if timeout != timeout or timeout in (float("inf"), float("-inf")):
+        if not math.isfinite(timeout):
             raise ValueError(f"timeout must be finite, not {timeout!r}")
         if timeout <= 0:
             return 0
