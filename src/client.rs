@@ -351,7 +351,8 @@ fn set_cmd(key: &str, value: &[u8], ttl_ms: Option<u64>, nx: bool, xx: bool) -> 
 impl Client {
     /// Describe a server; nothing connects until the first command.
     #[new]
-    #[pyo3(signature = (url, *, connect_timeout, response_timeout, username=None, password=None, db=None))]
+    /// `readonly` sends READONLY after connecting: reads from a cluster replica.
+    #[pyo3(signature = (url, *, connect_timeout, response_timeout, username=None, password=None, db=None, readonly=false))]
     fn new(
         url: &str,
         connect_timeout: f64,
@@ -359,6 +360,7 @@ impl Client {
         username: Option<&str>,
         password: Option<&str>,
         db: Option<i64>,
+        readonly: bool,
     ) -> PyResult<Self> {
         guard(|| {
             runtime::watch_forks();
@@ -404,6 +406,9 @@ impl Client {
                 }
                 if settings.db() != 0 {
                     handshake.add_command(redis::cmd("SELECT").arg(settings.db()).clone());
+                }
+                if readonly {
+                    handshake.add_command(redis::cmd("READONLY"));
                 }
                 Arc::new(MuxConfig {
                     target,

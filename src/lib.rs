@@ -11,6 +11,7 @@ mod mux;
 mod reply;
 mod resp;
 mod runtime;
+mod slots;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,8 @@ fn _redoxide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::lz4_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::zstd_compress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::zstd_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(slots::key_slot, m)?)?;
+    m.add_function(wrap_pyfunction!(slots::key_slots, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
