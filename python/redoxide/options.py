@@ -22,6 +22,7 @@ from redoxide.exceptions import (
     SerializationError,
 )
 from redoxide.serializers import PickleSerializer, Serializer
+from redoxide.signing import signed_serializer
 
 __all__ = ["Config", "parse_config", "parse_location"]
 
@@ -52,6 +53,8 @@ _ALIASES = {
     "CONNECTION_POOL_KWARGS": "pool_kwargs",
     "CONNECTION_POOL_CLASS": "pool_class",
     "PARSER_CLASS": "parser_class",
+    "SIGN_VALUES": "sign_values",
+    "SIGNING_KEY": "signing_key",
 }
 _CANONICAL = frozenset(_ALIASES.values())
 # Options of redis-py connection pools that have no meaning here: connections are managed by
@@ -113,19 +116,24 @@ def _fail(option: str, message: str) -> ConfigurationError:
 
 
 def redact(url: str) -> str:
-    """Return the URL with any password hidden."""
+    """Return the URL with any password, and every query value but db, hidden."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    # The credentials end at the last "@" before the path (passwords may contain "@").
-    netloc_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    at = rest.rfind("@", 0, netloc_end)
-    if at < 0:
-        return url
-    userinfo = rest[:at]
-    user, colon, _ = userinfo.partition(":")
-    shown = f"{user}:***" if colon else "***"
-    return f"{scheme}://{shown}{rest[at:]}"
+    # The credentials end at the last "@": a password may hold an unescaped "@", "/", "?" or
+    # "#", and hiding a path with an "@" in it is better than showing part of a password.
+    at = rest.rfind("@")
+    shown = ""
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        shown = f"{user}:***" if colon else "***"
+        rest = rest[at:]
+    # redis-py reads ?password= too.
+    base, question, query = rest.partition("?")
+    if question:
+        params = (p.partition("=") for p in query.split("&"))
+        query = "&".join(f"{k}{eq}{v if k == 'db' else '***' if eq else ''}" for k, eq, v in params)
+    return f"{scheme}://{shown}{base}{question}{query}"
 
 
 def parse_location(location: Any) -> tuple[str, ...]:
@@ -149,8 +157,11 @@ def parse_location(location: Any) -> tuple[str, ...]:
             parts = urlsplit(url)
             parts.port  # noqa: B018 - raises ValueError for a bad port
         except ValueError as exc:
+            # urllib quotes what it took for the port, which may be part of a password.
+            reason = "its port is not a number" if "Port could not" in str(exc) else exc
             raise ConfigurationError(
-                f"redoxide: LOCATION {redact(url)!r} is not a valid URL: {exc}"
+                f"redoxide: LOCATION {redact(url)!r} is not a valid URL: {reason} (characters "
+                "such as @ / ? # in a password must be percent-encoded)"
             ) from None
         scheme = parts.scheme
         if scheme not in SCHEMES:
@@ -347,6 +358,12 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
             if not callable(getattr(compressor, method, None)):
                 raise _fail(names["compressor"], f"must have a {method}() method")
         kwargs["compressor"] = compressor
+    if "sign_values" in opts or "signing_key" in opts:
+        signed = signed_serializer(
+            kwargs.get("serializer"), opts.get("sign_values", False), opts.get("signing_key"), names
+        )
+        if signed is not None:
+            kwargs["serializer"] = signed
     # django-redis' project-wide settings are the defaults; OPTIONS win.
     from django.conf import settings
 
