@@ -352,7 +352,15 @@ impl Client {
     /// Describe a server; nothing connects until the first command.
     #[new]
     /// `readonly` sends READONLY after connecting: reads from a cluster replica.
-    #[pyo3(signature = (url, *, connect_timeout, response_timeout, username=None, password=None, db=None, readonly=false))]
+    /// The `tls_*` arguments apply to `rediss://` URLs: PEM bytes of the CA certificates and
+    /// of a client certificate and key, whether to verify the server's certificate at all,
+    /// and whether it must name the host.
+    #[pyo3(signature = (
+        url, *, connect_timeout, response_timeout, username=None, password=None, db=None,
+        readonly=false, tls_ca_certs=None, tls_certfile=None, tls_keyfile=None, tls_verify=true,
+        tls_check_hostname=true,
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
         url: &str,
         connect_timeout: f64,
@@ -361,6 +369,11 @@ impl Client {
         password: Option<&str>,
         db: Option<i64>,
         readonly: bool,
+        tls_ca_certs: Option<Vec<u8>>,
+        tls_certfile: Option<Vec<u8>>,
+        tls_keyfile: Option<Vec<u8>>,
+        tls_verify: bool,
+        tls_check_hostname: bool,
     ) -> PyResult<Self> {
         guard(|| {
             runtime::watch_forks();
@@ -383,9 +396,14 @@ impl Client {
             let info = info
                 .set_redis_settings(redis_settings)
                 .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-            let client = redis::Client::open(info).map_err(|e| {
-                Error::Config(format!("invalid LOCATION {}: {}", redact(url), e.category()))
-            })?;
+            let tls = Tls {
+                ca_certs: tls_ca_certs,
+                certfile: tls_certfile,
+                keyfile: tls_keyfile,
+                verify: tls_verify,
+                check_hostname: tls_check_hostname,
+            };
+            let client = open_client(info, tls, url)?;
             let connect_timeout = secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?;
             let response_timeout = secs("SOCKET_TIMEOUT", response_timeout)?;
             let info = client.get_connection_info();
@@ -581,6 +599,71 @@ pub fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// TLS settings for a `rediss://` server (OPTIONS `SSL_*`); certificates and key as PEM.
+struct Tls {
+    ca_certs: Option<Vec<u8>>,
+    certfile: Option<Vec<u8>>,
+    keyfile: Option<Vec<u8>>,
+    verify: bool,
+    check_hostname: bool,
+}
+
+impl Tls {
+    fn is_default(&self) -> bool {
+        self.ca_certs.is_none()
+            && self.certfile.is_none()
+            && self.keyfile.is_none()
+            && self.verify
+            && self.check_hostname
+    }
+}
+
+/// Build the redis-rs client, with the TLS settings for a `rediss://` URL.
+fn open_client(info: redis::ConnectionInfo, tls: Tls, url: &str) -> Result<redis::Client> {
+    let invalid = |e: RedisError| {
+        Error::Config(format!("invalid LOCATION {}: {}", redact(url), e.category()))
+    };
+    let redis::ConnectionAddr::TcpTls { host, port, insecure, tls_params } = info.addr().clone()
+    else {
+        if tls.is_default() {
+            return redis::Client::open(info).map_err(invalid);
+        }
+        return Err(Error::Config(format!(
+            "the SSL_* options need a rediss:// or valkeys:// LOCATION, not {}",
+            redact(url)
+        )));
+    };
+    // Verification off (SSL_CERT_REQS none) is redis-rs' "insecure" address, as `#insecure`.
+    let insecure = insecure || !tls.verify;
+    let info = info.set_addr(redis::ConnectionAddr::TcpTls { host, port, insecure, tls_params });
+    let client_tls = match (tls.certfile, tls.keyfile) {
+        (Some(client_cert), Some(client_key)) => {
+            Some(redis::ClientTlsConfig { client_cert, client_key })
+        }
+        (None, None) => None,
+        _ => {
+            return Err(Error::Config(
+                "SSL_CERTFILE and SSL_KEYFILE must be given together".to_owned(),
+            ))
+        }
+    };
+    let client = if client_tls.is_some() || tls.ca_certs.is_some() {
+        let certs = redis::TlsCertificates { client_tls, root_cert: tls.ca_certs };
+        // Certificate errors name the file's role, never its contents.
+        redis::Client::build_with_tls(info, certs)
+            .map_err(|e| Error::Config(format!("invalid TLS certificate or key: {e}")))?
+    } else {
+        redis::Client::open(info).map_err(invalid)?
+    };
+    if tls.check_hostname || insecure {
+        return Ok(client);
+    }
+    // SSL_CHECK_HOSTNAME False: the certificate must still chain to a trusted CA.
+    let mut addr = client.get_connection_info().addr().clone();
+    addr.set_danger_accept_invalid_hostnames(true);
+    redis::Client::open(client.get_connection_info().clone().set_addr(addr)).map_err(invalid)
 }
 
 /// Raise `InternalError` from inside Rust, to prove a panic never crashes the interpreter.

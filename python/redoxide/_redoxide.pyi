@@ -29,6 +29,11 @@ class Client:
         password: str | None = None,
         db: int | None = None,
         readonly: bool = False,
+        tls_ca_certs: bytes | None = None,
+        tls_certfile: bytes | None = None,
+        tls_keyfile: bytes | None = None,
+        tls_verify: bool = True,
+        tls_check_hostname: bool = True,
     ) -> Client: ...
     @property
     def address(self) -> str: ...
