@@ -9,6 +9,7 @@ written out directly to spare them the generator.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import os
@@ -52,6 +53,11 @@ Plan = Generator[Step, Any, T]
 
 # Keys Django warns about (memcached-unsafe): control characters, space, DEL.
 _UNSAFE_KEY = re.compile(r"[\x00-\x20\x7f]")
+# The largest value Redis takes (proto-max-bulk-len, 512 MiB by default). A larger one is
+# refused before it is sent: the server would read it all, then drop the connection.
+MAX_VALUE_SIZE = 512 * 1024 * 1024
+# The longest expiry, in ms, that Redis can add to its clock without overflowing.
+_MAX_TTL_MS = 2**62
 
 # INCRBY only an existing key, atomically, so incr() of a missing key is an error, not 1.
 _INCR_SCRIPT = (
@@ -131,6 +137,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_bridges)
 
 
+def _too_large(key: Any, size: int) -> ValueError:
+    return ValueError(
+        f"the value for key {key!r} is {size:,} bytes once encoded, over the {MAX_VALUE_SIZE:,} "
+        "bytes Redis accepts in one value (proto-max-bulk-len); nothing was written"
+    )
+
+
 def _pause(seconds: float, bridge: Any = None) -> Any:
     """A plan step that waits: time.sleep in sync code, asyncio.sleep in async code."""
     if bridge is None:
@@ -188,8 +201,9 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
     )
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
-        super().__init__(params)
+        # Parsed first: BaseCache reads OPTIONS too, and fails obscurely if it is not a dict.
         self._config = parse_config(server, params.get("OPTIONS"))
+        super().__init__(params)
         self._client = _shared_client(self._config)
         self._serializer = self._config.serializer
         self._compressor = self._config.compressor
@@ -246,14 +260,20 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
             raise ValueError(f"timeout must be finite, not {timeout!r}")
         if timeout <= 0:
             return 0
-        return max(1, round(timeout * 1000))
+        ms = max(1, round(timeout * 1000))
+        if ms > _MAX_TTL_MS:
+            raise ValueError(
+                f"timeout must be at most {_MAX_TTL_MS // 1000} seconds (or None for no expiry), "
+                f"not {timeout!r}"
+            )
+        return ms
 
     def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> float | None:
         """Return the timeout in seconds as the server will apply it (ms resolution)."""
         ms = self._ttl_ms(timeout)
         return None if ms is None else ms / 1000
 
-    def _encode(self, value: Any) -> bytes:
+    def _encode(self, value: Any, key: Any = None) -> bytes:
         # Ints (not bools) are stored as raw digits, as Django's builtin and django-redis do,
         # so INCR/DECR can work on them atomically on the server.
         if type(value) is int:
@@ -266,6 +286,8 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
                 data = data.encode()
         if self._compress and len(data) >= self._compressor.min_length:
             data = self._compressor.compress(data)
+        if len(data) > MAX_VALUE_SIZE:
+            raise _too_large(key, len(data))
         return data
 
     def _decode(self, data: bytes, key: Any) -> Any:
@@ -286,11 +308,18 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
                 f"cannot decode the value stored for key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _encode_many(self, values: Iterable[Any]) -> list[bytes]:
+    def _encode_many(self, values: Iterable[Any], keys: Iterable[Any] = ()) -> list[bytes]:
+        """Encode values; `keys`, in the same order, name a value that is too large."""
+        named = itertools.chain(keys, itertools.repeat(None))
         if self._fast_pickle and not self._compress:
             dumps, protocol = pickle.dumps, self._protocol
-            return [b"%d" % v if type(v) is int else dumps(v, protocol) for v in values]
-        return [self._encode(v) for v in values]
+            encoded = [b"%d" % v if type(v) is int else dumps(v, protocol) for v in values]
+            if encoded and max(map(len, encoded)) > MAX_VALUE_SIZE:
+                for data, key in zip(encoded, named, strict=False):
+                    if len(data) > MAX_VALUE_SIZE:
+                        raise _too_large(key, len(data))
+            return encoded
+        return [self._encode(v, k) for v, k in zip(values, named, strict=False)]
 
     def _decode_many(self, keys: list[Any], values: list[bytes | None]) -> dict[Any, Any]:
         if self._fast_pickle:
@@ -380,7 +409,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
         was stored, as django-redis does; otherwise return None, as Django does."""
         if nx or xx:
             return self._run(self._set_if(key, value, timeout, version, nx), False)
-        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        made, data, ttl = self._key(key, version), self._encode(value, key), self._ttl_ms(timeout)
         try:
             if ttl == 0:
                 self._client.execute(("DEL", made))
@@ -402,7 +431,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
     ) -> bool | None:
         if nx or xx:
             return await self._arun(self._set_if(key, value, timeout, version, nx), False)
-        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        made, data, ttl = self._key(key, version), self._encode(value, key), self._ttl_ms(timeout)
         try:
             if ttl == 0:
                 await self._client.execute(("DEL", made), _bridge())
@@ -416,7 +445,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
         self, key: Any, value: Any, timeout: Any, version: int | None, nx: bool
     ) -> Plan[bool]:
         """SET NX (nx) or SET XX (not nx): return whether the value was stored."""
-        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        made, data, ttl = self._key(key, version), self._encode(value, key), self._ttl_ms(timeout)
         if ttl == 0:
             # Expires at once: report what it would have done, leave nothing behind.
             exists = yield self._client.execute, (("EXISTS", made),)
@@ -447,7 +476,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
     # -- plans ---------------------------------------------------------------------------------
 
     def _add(self, key: Any, value: Any, timeout: Any, version: int | None) -> Plan[bool]:
-        made, data, ttl = self._key(key, version), self._encode(value), self._ttl_ms(timeout)
+        made, data, ttl = self._key(key, version), self._encode(value, key), self._ttl_ms(timeout)
         c = self._client
         if ttl == 0:
             # Expire-now add: report whether it would have been added, and store nothing (a
@@ -475,7 +504,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
         if not data:
             return []
         made = self._keys(data, version)
-        values = self._encode_many(data.values())
+        values = self._encode_many(data.values(), data)
         ttl = self._ttl_ms(timeout)
         if ttl == 0:
             yield self._client.execute, (("DEL", *made),)
@@ -527,7 +556,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
             return self._decode(data, key)
         if callable(default):
             default = default()
-        encoded, ttl = self._encode(default), self._ttl_ms(timeout)
+        encoded, ttl = self._encode(default, key), self._ttl_ms(timeout)
         if ttl == 0:
             return default  # expires at once: nothing to store
         set_cmd: tuple[Any, ...] = ("SET", made, encoded, "NX")
@@ -573,7 +602,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
                 waited += step
                 step = min(step * 2, 0.1)
         fresh = default() if callable(default) else default
-        encoded = self._encode(fresh)
+        encoded = self._encode(fresh, key)
         if ttl == 0:
             store: tuple[Any, ...] = ("DEL", made)
         else:

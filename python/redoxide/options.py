@@ -169,6 +169,16 @@ def parse_location(location: Any) -> tuple[str, ...]:
                 f"redoxide: LOCATION {redact(url)!r} needs one of the schemes "
                 f"{', '.join(sorted(SCHEMES))} (e.g. redis://127.0.0.1:6379/0)"
             )
+        # Caught here rather than on first use: a database that is not a number ("/-1") or
+        # port 0 would only fail when the first command connects.
+        path_db = parts.path.strip("/")
+        if not scheme.endswith("unix") and path_db and not path_db.isdigit():
+            raise ConfigurationError(
+                f"redoxide: LOCATION {redact(url)!r}: the database after the host must be a "
+                "number (e.g. redis://127.0.0.1:6379/0)"
+            )
+        if parts.port == 0:
+            raise ConfigurationError(f"redoxide: LOCATION {redact(url)!r}: port 0 is not a port")
     return tuple(urls)
 
 
@@ -344,10 +354,10 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         raise _fail(
             names["compress_min_length"], f"must be a non-negative integer, not {min_length!r}"
         )
+    level = opts.get("compress_level")
+    if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+        raise _fail(names["compress_level"], f"must be an integer, not {level!r}")
     if "compressor" in opts:
-        level = opts.get("compress_level")
-        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
-            raise _fail(names["compress_level"], f"must be an integer, not {level!r}")
         try:
             compressor = _instance(
                 names["compressor"], opts["compressor"], min_length=min_length, level=level
