@@ -24,6 +24,8 @@ from django.conf import settings
 from redis_server import RedisServer
 
 BACKEND = os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide.RedisCache")
+# The topology the Django contract runs on: standalone (default), cluster or sentinel.
+TOPOLOGY = os.environ.get("REDOXIDE_TEST_TOPOLOGY", "standalone")
 BUILTIN_BACKEND = "django.core.cache.backends.redis.RedisCache"
 
 # Django cache parameters that live beside OPTIONS; make_cache() puts every other
@@ -87,6 +89,46 @@ def redis_server() -> Iterator[RedisServer]:
     """Yield one redis-server shared by the whole session (flush it in your test)."""
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    """Yield one 6-node cluster (3 primaries, 3 replicas) shared by the session."""
+    from topologies import Cluster
+
+    with Cluster() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sentinel_set() -> Iterator[Any]:
+    """Yield one sentinel set (a primary, 2 replicas, 3 sentinels) shared by the session."""
+    from topologies import SentinelSet
+
+    with SentinelSet() as running:
+        yield running
+
+
+def topology_settings(topology: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """LOCATION and OPTIONS of a cache on `topology` (starting its servers if needed)."""
+    if topology == "cluster":
+        running = request.getfixturevalue("cluster")
+        return {"LOCATION": running.urls[:2], "OPTIONS": {"CLUSTER": True}}
+    if topology == "sentinel":
+        running = request.getfixturevalue("sentinel_set")
+        return {
+            "LOCATION": f"redis://{running.service}/0",
+            "OPTIONS": {"SENTINELS": running.sentinel_addresses},
+        }
+    if topology == "standalone":
+        return {"LOCATION": request.getfixturevalue("redis_server").url}
+    raise ValueError(f"unknown REDOXIDE_TEST_TOPOLOGY {topology!r}")
+
+
+@pytest.fixture(scope="module")
+def contract_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """LOCATION and OPTIONS for the Django contract: REDOXIDE_TEST_TOPOLOGY's servers."""
+    return topology_settings(TOPOLOGY, request)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import django
 import pytest
@@ -38,7 +39,6 @@ from django.test.utils import (
     teardown_test_environment,
 )
 from django.utils.module_loading import import_string
-from redis_server import RedisServer
 
 CONTRACT_DIR = Path(__file__).resolve().parent / "_django_contract"
 
@@ -111,7 +111,7 @@ django_cache_tests = _import_django_cache_tests()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def contract_environment(redis_server: RedisServer) -> Iterator[None]:
+def contract_environment(contract_settings: dict[str, Any]) -> Iterator[None]:
     """Set up what Django's test runner would: test environment, test database, CACHES."""
     try:
         setup_test_environment()
@@ -121,12 +121,12 @@ def contract_environment(redis_server: RedisServer) -> Iterator[None]:
     old_databases = setup_databases(verbosity=0, interactive=False)
     cache_settings = override_settings(
         CACHES=django_cache_tests.caches_setting_for_tests(
-            base={"BACKEND": BACKEND, "LOCATION": redis_server.url},
+            base={"BACKEND": BACKEND, **contract_settings},
             exclude=django_cache_tests.redis_excluded_caches,
         )
     )
     cache_settings.enable()
-    redis_server.flushall()
+    caches["default"].clear()
     try:
         yield
     finally:

@@ -150,7 +150,7 @@ def test_stampede_near_expiry_one_task_recomputes_others_get_current(make_cache:
     assert results.count("old") == 49
     assert cache.get("k") == "new"
     # Plain readers and the stored format are untouched: no lock key is left behind either.
-    assert cache.client.execute("EXISTS", cache.make_key("k") + ":redoxide-recompute") == 0
+    assert cache.client.execute("EXISTS", "{" + cache.make_key("k") + "}:redoxide-recompute") == 0
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])

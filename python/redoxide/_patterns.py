@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.cache.backends.base import default_key_func
 
 if TYPE_CHECKING:
-    from redoxide import _redoxide
     from redoxide.cache import Plan
 
 __all__ = ["DEFAULT_ITERSIZE", "PatternsMixin"]
@@ -46,7 +45,7 @@ class PatternsMixin:
         key_prefix: str
         version: int
         key_func: Callable[..., str]
-        _client: _redoxide.Client
+        _client: Any
 
         def _run(self, plan: Plan[T], fallback: Any = None) -> T: ...
         async def _arun(self, plan: Plan[T], fallback: Any = None) -> T: ...
@@ -84,21 +83,33 @@ class PatternsMixin:
             raise ValueError(f"itersize must be a positive int, not {itersize!r}")
         return itersize
 
-    def _scan_page(self, match: str, cursor: bytes | int, count: int) -> Plan[tuple[bytes, Any]]:
-        """Run one SCAN step; return the next cursor (b"0" when done) and the raw keys."""
+    def _scan_page(
+        self, node: Any, match: str, cursor: bytes | int, count: int
+    ) -> Plan[tuple[bytes, Any]]:
+        """Run one SCAN step on a node; return the next cursor (b"0" when done) and the keys."""
         scan = ("SCAN", cursor, "MATCH", match, "COUNT", count)
-        reply = yield self._client.execute, (scan,)
+        reply = yield node.execute, (scan,)
         return reply[0], reply[1]
+
+    def _scan_nodes(self) -> Plan[list[Any]]:
+        """The nodes a scan visits: the server, or every primary of a cluster."""
+        nodes = getattr(self._client, "scan_nodes", None)
+        if nodes is None:
+            return [self._client]
+        yield from ()
+        return nodes()  # type: ignore[no-any-return]
 
     def _keys_plan(self, pattern: str, version: int | None) -> Plan[list[str]]:
         match, unmake = self._pattern(pattern, version), self._unmaker(version)
         seen: set[bytes] = set()  # SCAN may return a key twice (when the table is resized)
-        cursor: bytes | int = 0
-        while True:
-            cursor, found = yield from self._scan_page(match, cursor, DEFAULT_ITERSIZE)
-            seen.update(found)
-            if cursor == b"0":
-                return [unmake(raw) for raw in seen]
+        for node in (yield from self._scan_nodes()):
+            cursor: bytes | int = 0
+            while True:
+                cursor, found = yield from self._scan_page(node, match, cursor, DEFAULT_ITERSIZE)
+                seen.update(found)
+                if cursor == b"0":
+                    break
+        return [unmake(raw) for raw in seen]
 
     def _delete_pattern(
         self, pattern: str, version: int | None, prefix: str | None, itersize: int | None
@@ -109,11 +120,23 @@ class PatternsMixin:
     def _delete_matching(self, match: str, itersize: int | None = None) -> Plan[int]:
         """Unlink every key matching a server-side glob; return how many were removed."""
         count = self._itersize(itersize)
+        if not hasattr(self._client, "scan_nodes"):
+            return (yield from self._delete_matching_on(self._client, match, count))
+        deleted = 0
+        for node in (yield from self._scan_nodes()):
+            deleted += yield from self._delete_matching_on(node, match, count)
+        return deleted
+
+    def _delete_matching_on(self, node: Any, match: str, count: int) -> Plan[int]:
+        """Unlink what matches on one node: its SCAN pages, the UNLINKs through the client
+        (a cluster client splits them by slot)."""
         scan = ("SCAN", 0, "MATCH", match, "COUNT", count)
         deleted = 0
         # Each round trip unlinks what the previous SCAN found and asks for the next page; the
         # UNLINK replies count keys actually removed, so a key SCAN returns twice counts once.
-        replies = [(yield self._client.execute, (scan,))]
+        if node is not self._client:
+            return (yield from self._delete_matching_split(node, match, count))
+        replies = [(yield node.execute, (scan,))]
         while True:
             cursor, found = replies[-1]
             deleted += sum(replies[:-1])
@@ -127,6 +150,21 @@ class PatternsMixin:
                 return deleted
             commands.append(("SCAN", cursor, "MATCH", match, "COUNT", count))
             replies = yield self._client.pipeline, (commands,)
+
+    def _delete_matching_split(self, node: Any, match: str, count: int) -> Plan[int]:
+        """_delete_matching_on for a cluster node: SCAN on the node, UNLINK by slot."""
+        deleted = 0
+        cursor: bytes | int = 0
+        while True:
+            cursor, found = yield from self._scan_page(node, match, cursor, count)
+            if found:
+                unlinks = [
+                    ("UNLINK", *found[i : i + _UNLINK_BATCH])
+                    for i in range(0, len(found), _UNLINK_BATCH)
+                ]
+                deleted += sum((yield self._client.pipeline, (unlinks,)))
+            if cursor == b"0":
+                return deleted
 
     # -- the API ----------------------------------------------------------------------------
 
@@ -147,11 +185,13 @@ class PatternsMixin:
         """
         match, count = self._pattern(pattern, version), self._itersize(itersize)
         unmake = self._unmaker(version)
-        cursor: bytes | int = 0
-        while cursor != b"0":
-            cursor, found = self._run(self._scan_page(match, cursor, count), (b"0", []))
-            for raw in found:
-                yield unmake(raw)
+        for node in self._run(self._scan_nodes(), []):
+            cursor: bytes | int = 0
+            while cursor != b"0":
+                page = self._scan_page(node, match, cursor, count)
+                cursor, found = self._run(page, (b"0", []))
+                for raw in found:
+                    yield unmake(raw)
 
     async def aiter_keys(
         self, pattern: str, itersize: int | None = None, *, version: int | None = None
@@ -159,11 +199,13 @@ class PatternsMixin:
         """Yield the keys matching a glob pattern, like iter_keys, with awaits."""
         match, count = self._pattern(pattern, version), self._itersize(itersize)
         unmake = self._unmaker(version)
-        cursor: bytes | int = 0
-        while cursor != b"0":
-            cursor, found = await self._arun(self._scan_page(match, cursor, count), (b"0", []))
-            for raw in found:
-                yield unmake(raw)
+        for node in await self._arun(self._scan_nodes(), []):
+            cursor: bytes | int = 0
+            while cursor != b"0":
+                page = self._scan_page(node, match, cursor, count)
+                cursor, found = await self._arun(page, (b"0", []))
+                for raw in found:
+                    yield unmake(raw)
 
     def delete_pattern(
         self,

@@ -32,6 +32,7 @@ from django.core.cache.backends.base import (
 from redoxide import _redoxide
 from redoxide._expiry import ExpiryMixin
 from redoxide._patterns import PatternsMixin, glob_escape
+from redoxide._topology import make_client
 from redoxide.compressors import IdentityCompressor, decompress_any
 from redoxide.exceptions import (
     CacheTimeout,
@@ -80,27 +81,33 @@ _RENAME_SCRIPT = (
     "redis.call('RENAME', KEYS[1], KEYS[2]) return 1"
 )
 
+
+def _same_slot(key: str, suffix: str) -> str:
+    """A companion key name for `key` that a cluster stores in the same hash slot."""
+    name = key + suffix
+    if "{" not in key and "}" not in key:
+        return "{" + key + "}" + suffix
+    if _redoxide.key_slot(name) == _redoxide.key_slot(key):
+        return name
+    return name  # an odd key ({ without }): a cluster refuses the script with CROSSSLOT
+
+
 # One Rust client per configuration per process, shared by every backend instance
 # (Django makes an instance per thread and per async context).
-_clients: dict[tuple[Any, ...], _redoxide.Client] = {}
+_clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
 
 
-def _shared_client(config: Config) -> _redoxide.Client:
+def _shared_client(config: Config) -> Any:
+    """The process-wide client of a configuration: the Rust client for one server, else a
+    router over one Rust client per node (see _topology.py)."""
     key = config.client_key
     client = _clients.get(key)
     if client is None:
         with _clients_lock:
             client = _clients.get(key)
             if client is None:
-                client = _redoxide.Client(
-                    config.servers[0],
-                    connect_timeout=config.connect_timeout,
-                    response_timeout=config.socket_timeout,
-                    username=config.username,
-                    password=config.password,
-                    db=config.db,
-                )
+                client = make_client(config)
                 _clients[key] = client
     return client
 
@@ -541,7 +548,19 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
         if version is None:
             version = self.version
         old, new = self._key(key, version), self._key(key, version + delta)
-        moved = yield self._client.execute, (("EVAL", _RENAME_SCRIPT, 2, old, new),)
+        c = self._client
+        try:
+            moved = yield c.execute, (("EVAL", _RENAME_SCRIPT, 2, old, new),)
+        except ResponseError as exc:
+            if "CROSSSLOT" not in str(exc).upper():
+                raise
+            # A cluster keeps the two versions in different slots (unless the key has a
+            # {hash tag}): copy and delete, keeping the TTL; not atomic, as on django-redis.
+            data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
+            moved = data is not None
+            if moved:
+                store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
+                yield c.pipeline, ((store, ("DEL", old)),)
         if not moved:
             raise ValueError(f"Key '{key}' not found.")
         return version + delta
@@ -576,7 +595,7 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
         once per expiry, not once per caller. Plain get() readers see nothing different."""
         made, ttl = self._key(key, version), self._ttl_ms(timeout)
         c = self._client
-        lock, token = f"{made}:redoxide-recompute", secrets.token_hex(8)
+        lock, token = _same_slot(made, ":redoxide-recompute"), secrets.token_hex(8)
         lock_ms = self._config.stampede_lock_ms
         data, left = yield c.pipeline, ((("GET", made), ("PTTL", made)),)
         if data is not None:

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from django.utils.module_loading import import_string
 
+from redoxide._tls import TLS_OPTIONS, tls_settings
 from redoxide.compressors import BaseCompressor, IdentityCompressor
 from redoxide.exceptions import (
     CacheTimeout,
@@ -50,17 +51,25 @@ _ALIASES = {
     "STAMPEDE_WINDOW": "stampede_window",
     "STAMPEDE_LOCK_TIMEOUT": "stampede_lock_timeout",
     "CLIENT_CLASS": "client_class",
+    "CLUSTER": "cluster",
+    "READ_FROM_REPLICAS": "read_from_replicas",
+    "SENTINELS": "sentinels",
+    "SENTINEL_KWARGS": "sentinel_kwargs",
     "CONNECTION_POOL_KWARGS": "pool_kwargs",
     "CONNECTION_POOL_CLASS": "pool_class",
     "PARSER_CLASS": "parser_class",
     "SIGN_VALUES": "sign_values",
     "SIGNING_KEY": "signing_key",
+    **TLS_OPTIONS,
 }
 _CANONICAL = frozenset(_ALIASES.values())
 # Options of redis-py connection pools that have no meaning here: connections are managed by
 # the Rust core (one multiplexed connection per server, one per thread for sync calls).
 _IGNORED = frozenset({"pool_class", "parser_class", "pool_kwargs"})
-_ACCEPTED_CLIENT_CLASSES = frozenset({"django_redis.client.DefaultClient"})
+_ACCEPTED_CLIENT_CLASSES = frozenset(
+    {"django_redis.client.DefaultClient", "django_redis.client.SentinelClient"}
+)
+TOPOLOGIES = ("standalone", "replicas", "sentinel", "cluster")
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,22 @@ class Config:
     stampede_window: float = 0.1
     #: How long one recomputation may hold the others back, in ms.
     stampede_lock_ms: int = 5000
+    #: standalone (one server), replicas (LOCATION list), sentinel or cluster.
+    topology: str = "standalone"
+    #: Send get / get_many to replicas (default: yes with a LOCATION list, no otherwise).
+    read_from_replicas: bool = False
+    #: Sentinel: the monitored service name and the sentinels' (host, port) addresses.
+    service_name: str | None = None
+    sentinels: tuple[tuple[str, int], ...] = ()
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    #: TLS settings passed to every Rust client, as sorted (name, value) pairs.
+    tls: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # holds the client key
+
+    @property
+    def tls_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the Rust Client's TLS settings."""
+        return dict(self.tls)
 
     @property
     def display_servers(self) -> tuple[str, ...]:
@@ -108,6 +133,14 @@ class Config:
             self.username,
             self.password,
             self.db,
+            self.topology,
+            self.servers,
+            self.read_from_replicas,
+            self.service_name,
+            self.sentinels,
+            self.sentinel_username,
+            self.sentinel_password,
+            self.tls,
         )
 
 
@@ -284,6 +317,94 @@ def _exception_classes(option: str, value: Any) -> tuple[type[BaseException], ..
     return tuple(classes)
 
 
+def _flag(opts: dict[str, Any], names: dict[str, str], key: str) -> bool | None:
+    if key not in opts:
+        return None
+    if not isinstance(opts[key], bool):
+        raise _fail(names[key], f"must be True or False, not {opts[key]!r}")
+    return bool(opts[key])
+
+
+def _sentinel_addresses(option: str, value: Any) -> tuple[tuple[str, int], ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
+        raise _fail(option, "must be a non-empty list of (host, port) pairs")
+    found = []
+    for item in value:
+        if isinstance(item, str):
+            host, _, port_text = item.rpartition(":")
+            item = (host, int(port_text)) if port_text.isdigit() and host else item
+        if (
+            not isinstance(item, (list, tuple))
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or isinstance(item[1], bool)
+            or not isinstance(item[1], int)
+            or not 0 < item[1] < 65536
+        ):
+            raise _fail(option, f"entries must be (host, port) pairs, not {item!r}")
+        found.append((item[0], item[1]))
+    return tuple(found)
+
+
+def _topology(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """Work out standalone / replicas / sentinel / cluster from LOCATION and OPTIONS."""
+    servers: tuple[str, ...] = kwargs["servers"]
+    cluster = _flag(opts, names, "cluster")
+    read_from_replicas = _flag(opts, names, "read_from_replicas")
+    if cluster and "sentinels" in opts:
+        raise _fail(names["cluster"], "cannot be combined with SENTINELS")
+    if cluster:
+        kwargs["topology"] = "cluster"
+        path_dbs = [urlsplit(url).path.strip("/") for url in servers]
+        if kwargs.get("db") or any(db not in ("", "0") for db in path_dbs):
+            raise _fail(names["cluster"], "a cluster has only database 0 (remove DB / ?db=)")
+        kwargs["read_from_replicas"] = bool(read_from_replicas)
+        return
+    if "sentinels" in opts:
+        kwargs["topology"] = "sentinel"
+        kwargs["sentinels"] = _sentinel_addresses(names["sentinels"], opts["sentinels"])
+        if len(servers) != 1:
+            raise _fail(names["sentinels"], "needs one LOCATION: redis://SERVICE_NAME/db")
+        parts = urlsplit(servers[0])
+        if not parts.hostname:
+            raise _fail(names["sentinels"], "needs LOCATION redis://SERVICE_NAME/db")
+        kwargs["service_name"] = parts.hostname
+        path_db = parts.path.strip("/")
+        if path_db and "db" not in kwargs:
+            if not path_db.isdigit():
+                raise ConfigurationError(
+                    f"redoxide: LOCATION {redact(servers[0])!r}: the database must be a number"
+                )
+            kwargs["db"] = int(path_db)
+        extra = opts.get("sentinel_kwargs") or {}
+        if not isinstance(extra, dict):
+            raise _fail(names["sentinel_kwargs"], f"must be a dict, not {type(extra).__name__}")
+        unknown = sorted(set(extra) - {"password", "username", "socket_timeout"})
+        if unknown:
+            raise _fail(
+                names["sentinel_kwargs"],
+                f"has unsupported keys {', '.join(unknown)} (password, username are understood)",
+            )
+        kwargs["sentinel_username"] = _optional_str(
+            "SENTINEL_KWARGS.username", extra.get("username")
+        )
+        kwargs["sentinel_password"] = _optional_str(
+            "SENTINEL_KWARGS.password", extra.get("password")
+        )
+        kwargs["read_from_replicas"] = bool(read_from_replicas)
+        return
+    if "sentinel_kwargs" in opts:
+        raise _fail(names["sentinel_kwargs"], "needs SENTINELS")
+    if len(servers) > 1:
+        kwargs["topology"] = "replicas"
+        kwargs["read_from_replicas"] = read_from_replicas is not False
+    elif read_from_replicas:
+        raise _fail(
+            names["read_from_replicas"],
+            "needs replicas: a LOCATION list, SENTINELS or CLUSTER",
+        )
+
+
 def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     """Validate LOCATION and OPTIONS and return the typed configuration."""
     servers = parse_location(location)
@@ -411,6 +532,8 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         kwargs["ignore_exception_classes"] = _exception_classes(
             names["ignore_exception_classes"], opts["ignore_exception_classes"]
         )
+    _topology(opts, names, kwargs)
+    kwargs["tls"] = tls_settings(opts, names, servers)
     if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:
         raise _fail(
             names["client_class"],
