@@ -664,7 +664,7 @@ def test_prefork_workers_use_their_own_connections(fresh_redis_server: RedisServ
                 _child(cache, n, write_end)
             pids.append(pid)
     os.close(write_end)
-    statuses = {}
+    statuses: dict[int, int] = {}
     start = time.monotonic()
     try:
         while len(statuses) < len(pids):
