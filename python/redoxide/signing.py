@@ -44,6 +44,25 @@ def derive_key(secret: str | bytes) -> bytes:
     return hashlib.sha256(_SALT + secret).digest()
 
 
+class _Hmac:
+    """HMAC-SHA256 under one key (RFC 2104), with the keyed inner and outer hash states made
+    once: signing a small value then costs two SHA-256 copies, under half of hmac.digest()."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        block = key.ljust(hashlib.sha256().block_size, b"\0")  # keys here are 32 bytes
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def tag(self, data: bytes | memoryview) -> bytes:
+        inner = self._inner.copy()
+        inner.update(data)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 class SignedSerializer:
     """Wrap a serializer so that what it writes is signed and what it reads is verified first.
 
@@ -55,7 +74,7 @@ class SignedSerializer:
 
     def __init__(self, serializer: Serializer, keys: Iterable[str | bytes]) -> None:
         self.serializer = serializer
-        self._keys = tuple(derive_key(k) for k in keys)
+        self._keys = tuple(_Hmac(derive_key(k)) for k in keys)
         if not self._keys:
             raise ConfigurationError("redoxide: SignedSerializer needs at least one key")
         self._sign_key = self._keys[0]
@@ -68,7 +87,7 @@ class SignedSerializer:
         data = self.serializer.dumps(value)
         if isinstance(data, str):
             data = data.encode()
-        return MAGIC + hmac.digest(self._sign_key, data, "sha256") + data
+        return MAGIC + self._sign_key.tag(data) + data
 
     def loads(self, data: bytes) -> Any:
         if data[: len(MAGIC)] != MAGIC or len(data) < _HEADER:
@@ -78,7 +97,7 @@ class SignedSerializer:
         tag = data[len(MAGIC) : _HEADER]
         payload = memoryview(data)[_HEADER:]
         for key in self._keys:
-            if hmac.compare_digest(hmac.digest(key, payload, "sha256"), tag):
+            if hmac.compare_digest(key.tag(payload), tag):
                 return self.serializer.loads(data[_HEADER:])
         raise SerializationError(
             "the value's signature does not match the signing key (SIGN_VALUES): refused "
