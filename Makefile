@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-valkey lint fmt demo bench wheel all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-valkey lint fmt demo bench soak wheel all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -104,6 +104,9 @@ bench: install ## Run the benchmarks (backends, then compressors/serializers), i
 	$(PY) benchmarks/chart.py
 	$(PY) benchmarks/codec_bench.py
 	$(PY) benchmarks/codec_bench.py --busy
+
+soak: install ## ASGI soak: examples/ under uvicorn, 64 HTTP clients for 60 s (SOAK_ARGS='--seconds 10')
+	$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
 wheel: system-deps $(DEPS_STAMP) ## Build the abi3 release wheel into dist/
 	$(BIN)/maturin build --release --out dist --interpreter $(PY)

@@ -7,4 +7,5 @@ urlpatterns = [
     path("sync/", views.sync_view),
     path("async/", views.async_view),
     path("stats/", views.stats_view),
+    path("soak/", views.soak_view),
 ]

@@ -55,7 +55,7 @@ def _response(
 
 def index(request: HttpRequest) -> JsonResponse:
     """List the endpoints (touches no cache: the demo uses it as a readiness probe)."""
-    return JsonResponse({"endpoints": ["/sync/", "/async/", "/stats/"]})
+    return JsonResponse({"endpoints": ["/sync/", "/async/", "/stats/", "/soak/"]})
 
 
 def _incr(key: str) -> int:
@@ -91,6 +91,24 @@ async def async_view(request: HttpRequest) -> JsonResponse:
     report = await cache.aget_or_set(REPORT, primes_report, REPORT_TIMEOUT)
     counters = await cache.aget_many(COUNTERS)
     return _response("async", hits, total, report, counters)
+
+
+SOAK_ITEMS = 1000  # distinct per-request keys the soak view cycles through
+SOAK_PAGE = tuple(f"soak:page:{i}" for i in range(10))
+
+
+async def soak_view(request: HttpRequest) -> JsonResponse:
+    """Six cache operations, as a busy page might do (benchmarks/soak.py drives this view):
+    count the hit, fetch the cached report, read ten keys in one round trip, write a
+    per-request item, read it back, and delete an older one."""
+    hits = await _aincr("soak:hits")
+    report = await cache.aget_or_set(REPORT, primes_report, REPORT_TIMEOUT)
+    page = await cache.aget_many(SOAK_PAGE)
+    item = f"soak:item:{hits % SOAK_ITEMS}"
+    await cache.aset(item, {"hit": hits, "page": len(page)}, timeout=60)
+    value = await cache.aget(item)
+    await cache.adelete(f"soak:item:{(hits + SOAK_ITEMS // 2) % SOAK_ITEMS}")
+    return JsonResponse({"hits": hits, "primes": report["count"], "page": len(page), "item": value})
 
 
 async def stats_view(request: HttpRequest) -> JsonResponse:
