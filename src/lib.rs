@@ -5,6 +5,7 @@ mod bridge;
 mod client;
 mod codec;
 mod errors;
+mod fanout;
 #[cfg(test)]
 mod fuzz_tests;
 mod mux;
@@ -26,6 +27,7 @@ fn _redoxide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::lz4_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::zstd_compress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::zstd_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(fanout::fanout, m)?)?;
     m.add_function(wrap_pyfunction!(slots::key_slot, m)?)?;
     m.add_function(wrap_pyfunction!(slots::key_slots, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -10,6 +10,9 @@ __all__ = [
     "Client",
     "Pending",
     "__version__",
+    "fanout",
+    "key_slot",
+    "key_slots",
     "lz4_compress",
     "lz4_decompress",
     "panic_for_tests",
@@ -83,3 +86,6 @@ def zstd_compress(data: bytes, level: int = 3) -> bytes: ...
 def zstd_decompress(data: bytes, max_size: int) -> bytes: ...
 def key_slot(key: str | bytes) -> int: ...
 def key_slots(keys: Iterable[str | bytes]) -> list[int]: ...
+def fanout(
+    calls: Sequence[tuple[Client, Iterable[Sequence[str | bytes | int | float]]]],
+) -> list[list[Any]]: ...

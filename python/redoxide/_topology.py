@@ -36,6 +36,7 @@ __all__ = ["make_client", "scan_targets"]
 Client = _redoxide.Client
 key_slot = _redoxide.key_slot
 key_slots = _redoxide.key_slots
+fanout = _redoxide.fanout
 
 # A router's own little plans (topology discovery), driven like cache.py's.
 Step = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -786,9 +787,11 @@ class ClusterRouter:
             return self._amget(keys, slots, bridge)
         self._table_now()
         values: list[Any] = [None] * len(keys)
+        groups = list(self._groups(slots).values())
         try:
-            for node, positions in self._groups(slots).values():
-                got = node.pipeline([("GET", keys[i]) for i in positions])
+            # Every node's request is sent before any reply is awaited.
+            replies = fanout([(node, [("GET", keys[i]) for i in pos]) for node, pos in groups])
+            for (_, positions), got in zip(groups, replies, strict=True):
                 for i, value in zip(positions, got, strict=True):
                     values[i] = value
             return values
@@ -847,7 +850,7 @@ class ClusterRouter:
         combine = _sum if name == "DBSIZE" else _concat if name == "KEYS" else _first
         if bridge is not None:
             return self._aevery_primary(args, combine, bridge)
-        return combine([node.execute(args) for node in self.scan_nodes()])
+        return combine([got[0] for got in fanout([(n, [args]) for n in self.scan_nodes()])])
 
     async def _aevery_primary(
         self, args: tuple[Any, ...], combine: Callable[[list[Any]], Any], bridge: Any
@@ -913,9 +916,14 @@ class ClusterRouter:
         for attempt in range(MAX_REDIRECTS + 1):
             self._table_now()
             replies: list[Any] = [None] * len(parts)
+            groups = self._node_groups(part_slots)
             try:
-                for node, positions in self._node_groups(part_slots):
-                    got = node.pipeline([parts[i] for i in positions])
+                if len(groups) == 1:
+                    node, positions = groups[0]
+                    got_all = [node.pipeline([parts[i] for i in positions])]
+                else:
+                    got_all = fanout([(node, [parts[i] for i in pos]) for node, pos in groups])
+                for (_, positions), got in zip(groups, got_all, strict=True):
                     for i, reply in zip(positions, got, strict=True):
                         replies[i] = reply
                 return self._rejoin(replies, splits)

@@ -1,0 +1,45 @@
+//! Blocking calls to several servers at once (a cluster's get_many from sync code): every
+//! request is written before any reply is read, so the servers work in parallel.
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use redis::Pipeline;
+
+use crate::client::{command_from, fanout_sync, Client};
+use crate::errors::{guard, Error};
+use crate::reply;
+
+/// Run one pipeline per (client, commands) pair, all at once; return their reply lists in
+/// order. Every request finishes (or times out) before an error is raised: the first one.
+#[pyfunction]
+pub fn fanout<'py>(
+    py: Python<'py>,
+    calls: Vec<(Py<Client>, Bound<'py, PyAny>)>,
+) -> PyResult<Bound<'py, PyList>> {
+    guard(|| {
+        let mut pipes: Vec<(&Client, Pipeline)> = Vec::with_capacity(calls.len());
+        for (client, commands) in &calls {
+            let mut pipe = Pipeline::new();
+            for args in commands.try_iter()? {
+                pipe.add_command(command_from(&args?)?);
+            }
+            pipes.push((client.get(), pipe));
+        }
+        let outcomes = py.detach(|| fanout_sync(&pipes));
+        let out = PyList::empty(py);
+        let mut first_error: Option<Error> = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(reply) => out.append(reply::to_py(py, reply)?)?,
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                    out.append(py.None())?;
+                }
+            }
+        }
+        match first_error {
+            Some(err) => Err(err.into()),
+            None => Ok(out),
+        }
+    })
+}
