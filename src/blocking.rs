@@ -1,7 +1,7 @@
 //! The sync path's connection: a blocking socket owned by one thread, one round trip a call.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use redis::Value;
 use crate::errors::{Error, Result};
 use crate::mux::{MuxConfig, Replies, Target};
 use crate::resp::{self, Scan};
+use crate::runtime;
 
 enum Socket {
     Tcp(TcpStream),
@@ -98,6 +99,28 @@ fn io_error(err: &std::io::Error, config: &MuxConfig, during: &str) -> Error {
     }
 }
 
+/// The addresses of a host, found within `timeout` (the system resolver alone can block for
+/// its own, much longer, timeout: it runs on the I/O runtime's blocking pool instead).
+fn resolve(host: &str, port: u16, timeout: Duration, addr: &str) -> Result<Vec<SocketAddr>> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let target = format!("{host}:{port}");
+    runtime::get()?.spawn(async move {
+        let found = tokio::net::lookup_host(target).await.map(Iterator::collect::<Vec<_>>);
+        // The caller may have given up: nobody to tell.
+        let _ = tx.send(found);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(found)) => Ok(found),
+        Ok(Err(e)) => Err(Error::Connection(format!("Cannot resolve Redis host {addr}: {e}"))),
+        Err(_) => Err(Error::Connection(format!(
+            "Resolving Redis host {addr} took longer than the connect timeout ({timeout:?})"
+        ))),
+    }
+}
+
 impl Blocking {
     /// Connect within the connect timeout and run the AUTH / SELECT handshake.
     pub fn connect(config: &MuxConfig) -> Result<Self> {
@@ -109,8 +132,14 @@ impl Blocking {
             Target::Tcp(host, port) => {
                 let mut last = None;
                 let mut stream = None;
-                for sockaddr in (host.as_str(), *port).to_socket_addrs().map_err(|e| refused(&e))? {
-                    match TcpStream::connect_timeout(&sockaddr, config.connect_timeout) {
+                let deadline = Instant::now() + config.connect_timeout;
+                for sockaddr in resolve(host, *port, config.connect_timeout, addr)? {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        last = Some(std::io::ErrorKind::TimedOut.into());
+                        break;
+                    }
+                    match TcpStream::connect_timeout(&sockaddr, left) {
                         Ok(s) => {
                             stream = Some(s);
                             break;

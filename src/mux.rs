@@ -162,6 +162,8 @@ struct State {
     outbuf: Vec<u8>,
     /// The writer task is writing a chunk taken from `outbuf`.
     writing: bool,
+    /// Why the connection broke, for commands that arrive just after.
+    cause: Option<Error>,
 }
 
 /// Replies are parsed from `buf[..filled]`; the buffer stays initialised so reads need no
@@ -294,6 +296,7 @@ impl Conn {
         let failed = {
             let mut st = lock(&self.state);
             st.phase = Phase::Broken;
+            st.cause = Some(err.clone());
             st.outbuf = Vec::new();
             std::mem::take(&mut st.waiting)
         };
@@ -361,6 +364,7 @@ impl Mux {
                 waiting: VecDeque::new(),
                 outbuf: Vec::new(),
                 writing: false,
+                cause: None,
             }),
             wake_writer: Notify::new(),
             stream: std::sync::OnceLock::new(),
@@ -419,15 +423,15 @@ impl Mux {
             Phase::Connecting => st.outbuf.extend_from_slice(packed),
             Phase::Broken => {
                 let w = st.waiting.pop_back();
+                let cause = st.cause.clone().unwrap_or_else(|| {
+                    Error::Connection(format!(
+                        "Connection to Redis at {} was lost",
+                        self.config.addr
+                    ))
+                });
                 drop(st);
                 if let Some(w) = w {
-                    w.slot.complete(
-                        Err(Error::Connection(format!(
-                            "Connection to Redis at {} was lost",
-                            self.config.addr
-                        ))),
-                        &w.queue,
-                    );
+                    w.slot.complete(Err(cause), &w.queue);
                 }
                 return Ok(conn);
             }

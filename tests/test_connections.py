@@ -271,3 +271,14 @@ def test_get_many_and_delete_many_send_one_command(
     ops.delete_many(keys)
     calls = command_calls(server)
     assert calls.get("del", 0) + calls.get("unlink", 0) == 1, calls
+
+
+def test_a_host_name_is_resolved_within_the_connect_timeout(redis_server: RedisServer) -> None:
+    # Sync connections resolve names on the I/O runtime, bounded by SOCKET_CONNECT_TIMEOUT.
+    cache = build_cache(
+        f"redis://localhost:{redis_server.port}/0",
+        {"OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5}, "KEY_PREFIX": "dns"},
+    )
+    cache.set("k", "v")
+    assert cache.get("k") == "v"
+    assert asyncio.run(cache.aget("k")) == "v"
