@@ -158,8 +158,10 @@ impl LoopQueue {
         self.latency_ns.store(new, Ordering::Relaxed);
     }
 
-    fn spin_window_ns(&self) -> u64 {
-        if self.in_flight.load(Ordering::Relaxed) > 1 {
+    /// How long an awaitable polls before parking; `own` is how many of the loop's commands
+    /// in flight its caller sent together (see `Pending.sent_with`).
+    fn spin_window_ns(&self, own: usize) -> u64 {
+        if self.in_flight.load(Ordering::Relaxed) > own {
             // Other commands are in flight: their replies arrive in batches, one eventfd
             // wake-up serves them all, and polling would only burn the loop's time.
             return 0;
@@ -234,6 +236,8 @@ pub struct Pending {
     poller: Option<Arc<dyn Poller>>,
     started: Option<Instant>,
     convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
+    /// Commands sent together with this one by the same caller (this one included).
+    group: usize,
 }
 
 impl Pending {
@@ -244,7 +248,7 @@ impl Pending {
         convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
     ) -> Self {
         bridge.get().queue.in_flight.fetch_add(1, Ordering::Relaxed);
-        Pending { slot, consumed: false, bridge, poller, started: None, convert }
+        Pending { slot, consumed: false, bridge, poller, started: None, convert, group: 1 }
     }
 
     fn finish(&mut self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
@@ -276,6 +280,13 @@ impl Pending {
         slf
     }
 
+    /// Say that this command was sent together with others (`count` in all) by one caller
+    /// that awaits them in turn, e.g. one per cluster node: with no other traffic on the loop,
+    /// it may then poll for its reply before parking, as a lone command does.
+    fn sent_with(&mut self, count: usize) {
+        self.group = count.max(1);
+    }
+
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         if self.consumed {
             return Err(PyRuntimeError::new_err("this redoxide command was already awaited"));
@@ -286,7 +297,7 @@ impl Pending {
         let now = Instant::now();
         let started = *self.started.get_or_insert(now);
         let waited = u64::try_from(now.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
-        if waited < self.bridge.get().queue.spin_window_ns() {
+        if waited < self.bridge.get().queue.spin_window_ns(self.group) {
             if let Some(poller) = &self.poller {
                 poller.poll();
                 if let Some(outcome) = self.slot.take() {

@@ -805,6 +805,7 @@ class ClusterRouter:
         groups = list(self._groups(slots).values())
         # Send to every node before awaiting any reply.
         pending = [node.pipeline([("GET", keys[i]) for i in pos], bridge) for node, pos in groups]
+        _together(pending)
         values: list[Any] = [None] * len(keys)
         failed = False
         for (_, positions), waiting in zip(groups, pending, strict=True):
@@ -857,6 +858,7 @@ class ClusterRouter:
     ) -> Any:
         await self._atable_now(bridge)
         pending = [node.execute(args, bridge) for node in self._primaries]
+        _together(pending)
         return combine([await waiting for waiting in pending])
 
     def _plan_pipeline(
@@ -943,6 +945,7 @@ class ClusterRouter:
             await self._atable_now(bridge)
             groups = self._node_groups(part_slots)
             pending = [node.pipeline([parts[i] for i in pos], bridge) for node, pos in groups]
+            _together(pending)
             replies: list[Any] = [None] * len(parts)
             failure: CacheError | None = None
             for (_, positions), waiting in zip(groups, pending, strict=True):
@@ -1001,6 +1004,13 @@ def _as_command(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
             command += ("XX",)
         return command
     raise ResponseError(f"cannot follow an ASK redirect for {name}")
+
+
+def _together(pending: list[Any]) -> None:
+    """Tell awaitables sent at once by one caller about each other (they may then poll)."""
+    if len(pending) > 1:
+        for waiting in pending:
+            waiting.sent_with(len(pending))
 
 
 async def _done(value: Any) -> Any:
