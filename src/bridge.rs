@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::{intern, IntoPyObjectExt};
+use pyo3::{intern, IntoPyObjectExt, PyTraverseError};
 
 use crate::errors::{Error, Result};
 use crate::reply::Reply;
@@ -183,6 +184,10 @@ pub struct Bridge {
 
 #[pymethods]
 impl Bridge {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.event_loop)
+    }
+
     #[new]
     fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
         let py = event_loop.py();
@@ -278,6 +283,22 @@ impl Pending {
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
+    }
+
+    /// Tell the garbage collector about the asyncio future a parked task waits on (and the
+    /// bridge), so a task abandoned on a closed loop (Pending -> future -> task -> coroutine
+    /// -> Pending) can be collected.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.bridge)?;
+        if let Ok(state) = self.slot.state.try_lock() {
+            visit.call(&state.waker)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        let waker = lock(&self.slot.state).waker.take();
+        drop(waker);
     }
 
     /// Say that this command was sent together with others (`count` in all) by one caller

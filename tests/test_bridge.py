@@ -153,3 +153,29 @@ def test_extreme_socket_timeouts_are_rejected(value: float) -> None:
 
     with pytest.raises(ImproperlyConfigured, match="SOCKET_TIMEOUT"):
         build_cache("redis://127.0.0.1:1/0", {"OPTIONS": {"SOCKET_TIMEOUT": value}})
+
+
+def test_a_task_abandoned_on_a_closed_loop_is_collected(fresh_redis_server: RedisServer) -> None:
+    # A task parked on a reply that never comes, on a loop closed without cancelling it: the
+    # cycle Pending -> asyncio future -> task -> coroutine -> Pending must be collectable.
+    import weakref
+
+    from conftest import build_cache
+
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 30}})
+    asyncio.run(cache.aset("k", 1))
+    fresh_redis_server.pause()
+    try:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(cache.aget("k"))
+        loop.run_until_complete(asyncio.sleep(0.05))  # the task is parked on its future
+        assert not task.done()
+        task_ref, loop_ref = weakref.ref(task), weakref.ref(loop)
+        loop.close()
+        del task, loop
+        for _ in range(3):
+            gc.collect()
+        assert task_ref() is None
+        assert loop_ref() is None
+    finally:
+        fresh_redis_server.resume()

@@ -122,14 +122,14 @@ _local = threading.local()
 def _bridge() -> _redoxide.Bridge:
     loop = asyncio.get_running_loop()
     last = getattr(_local, "last", None)
-    if last is not None and last[0] is loop:
+    if last is not None and last[0]() is loop:
         return last[1]  # type: ignore[no-any-return]
     bridge = _bridges.get(loop)
     if bridge is None:
         bridge = _redoxide.Bridge(loop)
         loop.add_reader(bridge.fileno(), bridge.drain)
         _bridges[loop] = bridge
-    _local.last = (loop, bridge)
+    _local.last = (weakref.ref(loop), bridge)  # weak: a closed loop is not kept alive
     return bridge
 
 
