@@ -633,3 +633,45 @@ def test_cluster_failover_under_traffic() -> None:
             f"{errors} failed calls, the last ended {last_error - promoted_at:+.2f} s from "
             "the promotion"
         )
+
+
+@pytest.mark.slow
+def test_sentinel_manual_failover_moves_writes_off_the_demoted_primary() -> None:
+    # SENTINEL FAILOVER: the old primary stays up, becomes a replica; a client still talking to
+    # it gets its connection killed or a READONLY reply, and must follow to the new primary.
+    from topologies import SentinelSet
+
+    with SentinelSet() as sset:
+        cache = build_cache(
+            f"redis://{sset.service}/0",
+            {"OPTIONS": {"SENTINELS": sset.sentinel_addresses, "SOCKET_TIMEOUT": 0.5}},
+        )
+        cache.set("before", 1)
+        assert asyncio.run(cache.aget("before")) == 1
+        old_port = sset.current_primary_port()
+        sset.sentinels[0].cli("sentinel", "failover", sset.service)
+        deadline = time.monotonic() + 30
+        while sset.current_primary_port() == old_port:
+            assert time.monotonic() < deadline, "no failover"
+            time.sleep(0.05)
+        new_primary = sset.node_for_port(sset.current_primary_port())
+        deadline = time.monotonic() + 30
+        while new_primary.info("replication").get("role") != "master":
+            assert time.monotonic() < deadline, "new primary not promoted"
+            time.sleep(0.05)
+        # Wait until the old primary has really been turned into a replica.
+        old = sset.node_for_port(old_port)
+        while old.info("replication").get("role") != "slave":
+            assert time.monotonic() < deadline, "old primary not demoted"
+            time.sleep(0.05)
+        failures = 0
+        for i in range(20):
+            try:
+                cache.set(f"after{i}", i)
+                assert asyncio.run(cache.aset(f"aafter{i}", i)) is None
+            except CacheError:
+                failures += 1
+        assert failures <= 2  # at most the calls that met the switch itself
+        raw_new = new_primary.cli("get", cache.make_key("after19"))
+        assert raw_new == "19"
+        assert cache.get("after19") == 19

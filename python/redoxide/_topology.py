@@ -88,11 +88,10 @@ async def _adrive(plan: Plan, bridge: Any) -> Any:
         return stop.value
 
 
-def _sleep(seconds: float, bridge: Any = None) -> Any:
-    if bridge is None:
-        time.sleep(seconds)
-        return None
-    return asyncio.sleep(seconds)
+def _discovery_budget(config: Config) -> float:
+    """How long asking nodes (or sentinels) about the topology may take, all of them: one
+    slow node's worth, so a call that re-learns the topology stays bounded."""
+    return config.connect_timeout + config.socket_timeout
 
 
 def _credentials(config: Config) -> tuple[str | None, str | None]:
@@ -316,7 +315,11 @@ class SentinelRouter(ReplicaRouter):
     def _discover(self) -> Plan:
         """Ask the sentinels, in order, for the primary (and replicas); switch to them."""
         errors = []
+        deadline = time.monotonic() + _discovery_budget(self._config)
         for sentinel in list(self._sentinels):
+            if time.monotonic() > deadline:
+                errors.append("out of time")
+                break
             ask = ("SENTINEL", "get-master-addr-by-name", self._service)
             try:
                 addr = yield sentinel.execute, (ask,)
@@ -517,7 +520,11 @@ class ClusterRouter:
             candidates.append((host.strip("[]"), int(port)))
         candidates += [seed for seed in self._seeds if seed not in candidates]
         errors = []
+        deadline = time.monotonic() + _discovery_budget(config)
         for host, port in candidates:
+            if time.monotonic() > deadline:
+                errors.append("out of time")
+                break
             try:
                 reply = yield node_client(config, host, port).execute, (("CLUSTER", "SLOTS"),)
             except CacheError as exc:
