@@ -675,3 +675,41 @@ def test_sentinel_manual_failover_moves_writes_off_the_demoted_primary() -> None
         raw_new = new_primary.cli("get", cache.make_key("after19"))
         assert raw_new == "19"
         assert cache.get("after19") == 19
+
+
+# -- the async contract on each topology -------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["cluster", "sentinel"])
+def topology_pair(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    """A cache on a topology and a redis-py client that sees all of its keys."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    cache = make_topology_cache(request.param, request)
+    if request.param == "cluster":
+        running = request.getfixturevalue("cluster")
+        raw: Any = RedisCluster(host="127.0.0.1", port=running.nodes[0].port)
+    else:
+        running = request.getfixturevalue("sentinel_set")
+        raw = redis.Redis(host="127.0.0.1", port=running.current_primary_port())
+    yield cache, raw
+    raw.close()
+
+
+def _contract_cases() -> list[Any]:
+    import test_async_contract
+
+    return list(test_async_contract.CASES)
+
+
+@pytest.mark.parametrize("c", _contract_cases(), ids=lambda c: c.id)
+def test_async_twin_matches_sync_on_topologies(topology_pair: tuple[Any, Any], c: Any) -> None:
+    from test_async_contract import assert_same_state, run_async, run_sync
+
+    cache, raw = topology_pair
+    sync = run_sync(cache, raw, c)
+    asynchronous = run_async(cache, raw, c)
+    assert asynchronous.result == sync.result
+    assert asynchronous.warnings == sync.warnings
+    assert_same_state(sync.state, asynchronous.state)
