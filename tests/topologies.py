@@ -47,6 +47,9 @@ class Cluster:
                 "0",
                 "--cluster-require-full-coverage",
                 "no",
+                # The bus port defaults to port + 10000, which can pass 65535 for a free port.
+                "--cluster-port",
+                str(free_port()),
                 "--appendonly",
                 "no",
             )
