@@ -300,3 +300,41 @@ def test_a_file_that_is_not_a_key_is_a_configuration_error(certs: Certs) -> None
 def test_unreadable_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ImproperlyConfigured, match=r"SSL_CA_CERTS.*cannot read"):
         build_cache("rediss://127.0.0.1:6379/0", {"OPTIONS": {"SSL_CA_CERTS": str(tmp_path)}})
+
+
+def test_cluster_over_tls(certs: Certs) -> None:
+    # Every node serves TLS (cluster bus and replication too); the cache learns the nodes'
+    # TLS ports from CLUSTER SLOTS and verifies each node's certificate with the CA.
+    from topologies import Cluster
+
+    # The nodes authenticate each other on the cluster bus: a certificate for both ends.
+    _make_leaf(
+        certs.dir,
+        "node",
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    tls_args = (
+        "--tls-cert-file", str(certs.dir / "node.crt"),
+        "--tls-key-file", str(certs.dir / "node.key"),
+        "--tls-ca-cert-file", str(certs.ca),
+        "--tls-auth-clients", "no",
+    )  # fmt: skip
+    with Cluster(tls_args=tls_args) as cluster:
+        cache = build_cache(
+            [f"rediss://127.0.0.1:{cluster.tls_ports[0]}"],
+            {"OPTIONS": {"CLUSTER": True, "SSL_CA_CERTS": str(certs.ca)}},
+        )
+        values = {f"k{i}": i for i in range(20)}
+        cache.set_many(values)
+        assert cache.get_many(list(values)) == values
+        assert asyncio.run(cache.aget_many(list(values))) == values
+        assert cache.incr("k1") == 2
+        # The data is on the nodes, whichever port it went through.
+        assert sum(int(node.cli("dbsize")) for node in cluster.primaries()) == 20
+        unverified = build_cache(
+            [f"rediss://127.0.0.1:{cluster.tls_ports[0]}"],
+            {"OPTIONS": {"CLUSTER": True, "SSL_CA_CERTS": str(certs.other_ca)}},
+        )
+        with pytest.raises(CacheError):
+            unverified.get("k1")

@@ -32,8 +32,22 @@ def _wait(what: str, check: object, timeout: float = READY_TIMEOUT) -> None:
 class Cluster:
     """A Redis/Valkey cluster of `primaries` primaries with one replica each."""
 
-    def __init__(self, primaries: int = 3, node_timeout_ms: int = 1000) -> None:
+    def __init__(
+        self, primaries: int = 3, node_timeout_ms: int = 1000, tls_args: tuple[str, ...] = ()
+    ) -> None:
+        """With tls_args (certificate options), every node also serves TLS on its own port
+        (`tls_ports[i]`), cluster bus and replication included."""
         self.node_timeout_ms = node_timeout_ms
+        self.tls_ports = [free_port() for _ in range(primaries * 2)] if tls_args else []
+        tls = [
+            (
+                *tls_args,
+                "--tls-port",
+                str(port),
+                *("--tls-cluster", "yes", "--tls-replication", "yes"),
+            )
+            for port in self.tls_ports
+        ] or [()] * (primaries * 2)
         self.nodes = [
             RedisServer(
                 "--cluster-enabled",
@@ -52,8 +66,9 @@ class Cluster:
                 str(free_port()),
                 "--appendonly",
                 "no",
+                *tls[i],
             )
-            for _ in range(primaries * 2)
+            for i in range(primaries * 2)
         ]
         self.primaries_wanted = primaries
 
