@@ -33,6 +33,13 @@ impl Socket {
         }
     }
 
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_read_timeout(Some(timeout)),
+            Socket::Unix(s) => s.set_read_timeout(Some(timeout)),
+        }
+    }
+
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
             let result = match self {
@@ -228,6 +235,35 @@ impl Blocking {
     /// Send packed commands (their replies are read by `receive`).
     pub fn send(&mut self, packed: &[u8], config: &MuxConfig) -> Result<()> {
         self.socket.write_all(packed).map_err(|e| io_error(&e, config, "sending"))
+    }
+
+    /// `receive`, but giving up at `deadline` if that comes before the response timeout (a
+    /// fan-out over several servers waits one timeout in all, not one per server).
+    pub fn receive_by(
+        &mut self,
+        shape: Replies,
+        config: &MuxConfig,
+        deadline: Instant,
+    ) -> Result<Value> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left >= config.response_timeout {
+            return self.receive(shape, config);
+        }
+        let shortened = !left.is_zero() && self.socket.set_read_timeout(left).is_ok();
+        if !shortened {
+            return Err(Error::Timeout(format!(
+                "Redis at {} did not answer within {:?}",
+                config.addr, config.response_timeout
+            )));
+        }
+        let result = self.receive(shape, config);
+        if result.is_ok() {
+            // Back to the usual bound (a failed connection is closed anyway).
+            if let Err(e) = self.socket.set_read_timeout(config.response_timeout) {
+                return Err(io_error(&e, config, "resetting the timeout"));
+            }
+        }
+        result
     }
 
     /// Read the replies of what `send` sent (one value, or a list of them).

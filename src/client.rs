@@ -308,6 +308,8 @@ async fn send_async(conn: &mut ConnectionManager, req: &Request) -> redis::Redis
 /// parallel and a call to N servers costs about one round trip plus N reads.
 pub(crate) fn fanout_sync(calls: &[(&Client, Pipeline)]) -> Vec<Result<Reply>> {
     let generation = runtime::generation();
+    // One response timeout for the whole fan-out, counted from when the requests are sent.
+    let mut deadline = std::time::Instant::now();
     SYNC_CONNS
         .try_with(|cell| {
             let mut conns = cell.borrow_mut();
@@ -332,6 +334,8 @@ pub(crate) fn fanout_sync(calls: &[(&Client, Pipeline)]) -> Vec<Result<Reply>> {
                     }
                 }
             }
+            let longest = calls.iter().map(|(c, _)| c.response_timeout).max();
+            deadline = std::time::Instant::now() + longest.unwrap_or_default();
             for (i, (client, pipe)) in calls.iter().enumerate() {
                 if outcomes[i].is_some() {
                     continue;
@@ -346,7 +350,7 @@ pub(crate) fn fanout_sync(calls: &[(&Client, Pipeline)]) -> Vec<Result<Reply>> {
                     }
                     Some(server) => match conns.iter_mut().find(|c| c.client_id == client.id) {
                         Some(SyncConn { link: Link::Own(conn), .. }) if sent[i] => {
-                            conn.receive(Replies::Many(pipe.len()), server)
+                            conn.receive_by(Replies::Many(pipe.len()), server, deadline)
                         }
                         _ => Err(Error::Internal("lost track of a connection".into())),
                     },
@@ -656,6 +660,27 @@ impl Client {
                 return Ok(pyo3::types::PyList::empty(py).into_any().unbind());
             }
             self.run(py, bridge, Request::Pipe(pipe), reply::to_py)
+        })
+    }
+
+    /// Like `pipeline`, but an error reply comes back in the list as a `ResponseError`
+    /// instance instead of being raised (a failed round trip still raises).
+    #[pyo3(signature = (commands, bridge=None))]
+    fn pipeline_results(
+        &self,
+        py: Python<'_>,
+        commands: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let mut pipe = Pipeline::new();
+            for args in commands.try_iter()? {
+                pipe.add_command(command_from(&args?)?);
+            }
+            if pipe.is_empty() {
+                return Ok(pyo3::types::PyList::empty(py).into_any().unbind());
+            }
+            self.run(py, bridge, Request::Pipe(pipe), reply::to_py_results)
         })
     }
 }

@@ -6,11 +6,13 @@ use pyo3::types::PyList;
 use redis::Pipeline;
 
 use crate::client::{command_from, fanout_sync, Client};
-use crate::errors::{guard, Error};
+use crate::errors::guard;
 use crate::reply;
 
-/// Run one pipeline per (client, commands) pair, all at once; return their reply lists in
-/// order. Every request finishes (or times out) before an error is raised: the first one.
+/// Run one pipeline per (client, commands) pair, all at once; return, in order, each one's
+/// replies (a list in which an error reply is a `ResponseError` instance) or, for a pipeline
+/// that failed as a whole (connection lost, timeout), the exception instance. Raises nothing
+/// for the servers' sake: the caller decides what to retry.
 #[pyfunction]
 pub fn fanout<'py>(
     py: Python<'py>,
@@ -27,19 +29,12 @@ pub fn fanout<'py>(
         }
         let outcomes = py.detach(|| fanout_sync(&pipes));
         let out = PyList::empty(py);
-        let mut first_error: Option<Error> = None;
         for outcome in outcomes {
             match outcome {
-                Ok(reply) => out.append(reply::to_py(py, reply)?)?,
-                Err(err) => {
-                    first_error.get_or_insert(err);
-                    out.append(py.None())?;
-                }
+                Ok(reply) => out.append(reply::to_py_results(py, reply)?)?,
+                Err(err) => out.append(PyErr::from(err).into_value(py))?,
             }
         }
-        match first_error {
-            Some(err) => Err(err.into()),
-            None => Ok(out),
-        }
+        Ok(out)
     })
 }

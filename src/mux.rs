@@ -515,6 +515,12 @@ async fn connect(conn: Arc<Conn>, config: Arc<MuxConfig>) {
             return;
         }
         st.phase = Phase::Ready(fd);
+        // Commands queued while connecting had connect + response time; now connected, they
+        // get one response timeout from here (a stalled server costs one timeout, not two).
+        let answer_by = Instant::now() + config.response_timeout;
+        for w in &mut st.waiting {
+            w.deadline = w.deadline.min(answer_by);
+        }
         if !st.outbuf.is_empty() {
             conn.wake_writer.notify_one();
         }

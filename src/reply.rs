@@ -50,6 +50,29 @@ pub fn to_py(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
     })
 }
 
+/// Convert a pipeline's replies into a list in which an error reply is a `ResponseError`
+/// instance (not raised), so a caller can retry just the commands that failed.
+pub fn to_py_results(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
+    match reply {
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                let converted = match item {
+                    Value::ServerError(err) => {
+                        PyErr::from(Error::Response(format!("Redis replied with an error: {err}")))
+                            .into_value(py)
+                            .into_any()
+                    }
+                    other => to_py(py, other)?,
+                };
+                list.append(converted)?;
+            }
+            Ok(list.into_any().unbind())
+        }
+        other => to_py(py, other),
+    }
+}
+
 /// Convert the reply of a command that answers with one value, treating `OK` as True.
 pub fn to_py_bool(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
     match reply {

@@ -1,6 +1,7 @@
 """Review of the topology routers (_topology.py): cases a site moving from django-redis to a
-Cluster, Sentinel or replica setup will meet. Tests marked xfail(strict=True) show a bug; the
-others are controls that pin down the behaviour the bugs are measured against.
+Cluster, Sentinel or replica setup will meet. Each test marked "Regression test" showed a bug
+(fixed since); the others are controls that pin down the behaviour the bugs were measured
+against.
 
 Servers are real (loopback, stopped by pid). Tests that reshape or pause servers use this
 module's own cluster; the session's `cluster` / `sentinel_set` are only read and written.
@@ -129,12 +130,10 @@ def outcome(call: Any) -> tuple[str, Any]:
 # -- cluster: resharding -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ClusterRouter.pipeline treats ASK like MOVED: it re-learns the (unchanged) table and "
-    "re-sends without ASKING, 6 times, then raises ResponseError('ASK ...'); set_many, multi-key "
-    "delete_many and touch(timeout=None) all go through it, so they fail mid-resharding",
-)
+# Regression test (review finding, fixed): ClusterRouter.pipeline treats ASK like MOVED: it re-
+# learns the (unchanged) table and re-sends without ASKING, 6 times, then raises
+# ResponseError('ASK ...'); set_many, multi-key delete_many and touch(timeout=None) all go through
+# it, so they fail mid-resharding
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("op", ["set_many", "delete_many", "touch"])
 def test_cluster_pipelined_calls_follow_ask_during_resharding(
@@ -170,11 +169,9 @@ def test_cluster_pipelined_calls_follow_ask_during_resharding(
         finish_migration(own, slot, target)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a MOVED in one node's part, ClusterRouter.pipeline / _apipeline re-send every "
-    "part, including those already applied: INCR counted twice, DEL's summed count too low",
-)
+# Regression test (review finding, fixed): after a MOVED in one node's part,
+# ClusterRouter.pipeline / _apipeline re-send every part, including those already applied: INCR
+# counted twice, DEL's summed count too low
 @pytest.mark.parametrize("what", ["incr", "del-count"])
 def test_cluster_pipeline_retry_does_not_reapply_applied_commands(own: Cluster, what: str) -> None:
     cache = cluster_cache(own.urls[:1], SOCKET_TIMEOUT=2.11 if what == "incr" else 2.12)
@@ -200,12 +197,9 @@ def test_cluster_pipeline_retry_does_not_reapply_applied_commands(own: Cluster, 
 # -- cluster: partitions, stalls, failover ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="re-discovery asks the known primaries in table order, a stalled one too, before any "
-    "seed: after one call times out on a stalled primary, the next call for a HEALTHY slot "
-    "waits out another full SOCKET_TIMEOUT inside CLUSTER SLOTS",
-)
+# Regression test (review finding, fixed): re-discovery asks the known primaries in table order, a
+# stalled one too, before any seed: after one call times out on a stalled primary, the next call
+# for a HEALTHY slot waits out another full SOCKET_TIMEOUT inside CLUSTER SLOTS
 def test_cluster_stalled_primary_does_not_slow_healthy_slots(own: Cluster) -> None:
     timeout = 0.33
     cache = cluster_cache(own.urls, SOCKET_TIMEOUT=timeout, SOCKET_CONNECT_TIMEOUT=timeout)
@@ -228,12 +222,9 @@ def test_cluster_stalled_primary_does_not_slow_healthy_slots(own: Cluster) -> No
     assert healthy < timeout / 2, f"a healthy slot took {healthy:.2f} s"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mget's fan-out falls back to per-key calls on any CacheError, CacheTimeout included: "
-    "get_many with one stalled primary waits out SOCKET_TIMEOUT twice (more with more keys "
-    "before it), sync and async",
-)
+# Regression test (review finding, fixed): mget's fan-out falls back to per-key calls on any
+# CacheError, CacheTimeout included: get_many with one stalled primary waits out SOCKET_TIMEOUT
+# twice (more with more keys before it), sync and async
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_cluster_get_many_with_a_stalled_primary_costs_one_timeout(own: Cluster, mode: str) -> None:
     timeout = 0.3 if mode == "sync" else 0.31
@@ -255,11 +246,9 @@ def test_cluster_get_many_with_a_stalled_primary_costs_one_timeout(own: Cluster,
     assert took < 1.5 * timeout, f"get_many took {took:.2f} s for a {timeout} s timeout"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fanout_sync (src/client.rs) reads the nodes one after another, each with a full "
-    "SOCKET_TIMEOUT: a sync set_many over k stalled primaries takes k timeouts (async: one)",
-)
+# Regression test (review finding, fixed): fanout_sync (src/client.rs) reads the nodes one after
+# another, each with a full SOCKET_TIMEOUT: a sync set_many over k stalled primaries takes k
+# timeouts (async: one)
 def test_cluster_sync_fanout_over_two_stalled_primaries_costs_one_timeout(own: Cluster) -> None:
     timeout = 0.3
     cache = cluster_cache(own.urls, SOCKET_TIMEOUT=0.302, SOCKET_CONNECT_TIMEOUT=timeout)
@@ -280,12 +269,10 @@ def test_cluster_sync_fanout_over_two_stalled_primaries_costs_one_timeout(own: C
     assert took < 1.5 * timeout, f"set_many took {took:.2f} s for a {timeout} s timeout"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sync ClusterRouter.pipeline retries TRYAGAIN / CLUSTERDOWN with no pause "
-    "(_call and _apipeline sleep RETRY_PAUSE): its 5 retries are spent in about a millisecond, "
-    "so set_many / delete_many fail on a blip that set() and aset_many() wait out",
-)
+# Regression test (review finding, fixed): the sync ClusterRouter.pipeline retries TRYAGAIN /
+# CLUSTERDOWN with no pause (_call and _apipeline sleep RETRY_PAUSE): its 5 retries are spent in
+# about a millisecond, so set_many / delete_many fail on a blip that set() and aset_many() wait
+# out
 def test_cluster_sync_pipeline_pauses_before_retrying_clusterdown(own: Cluster) -> None:
     cache = cluster_cache(own.urls[:1], SOCKET_TIMEOUT=2.16)
     name = "blip"
@@ -310,12 +297,9 @@ def test_cluster_sync_pipeline_pauses_before_retrying_clusterdown(own: Cluster) 
     assert many >= 4 * RETRY_PAUSE, f"set_many gave up after {many * 1000:.1f} ms"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ClusterRouter._every_primary (FLUSHDB, DBSIZE, KEYS) never marks the table suspect: "
-    "after a failover clear() keeps sending FLUSHDB to the demoted primary (READONLY) for as "
-    "long as no key call happens to hit a MOVED",
-)
+# Regression test (review finding, fixed): ClusterRouter._every_primary (FLUSHDB, DBSIZE, KEYS)
+# never marks the table suspect: after a failover clear() keeps sending FLUSHDB to the demoted
+# primary (READONLY) for as long as no key call happens to hit a MOVED
 def test_cluster_clear_recovers_after_a_failover(own: Cluster) -> None:
     cache = cluster_cache(own.urls[:1], SOCKET_TIMEOUT=2.13)
     assert cache.clear() is True  # the router learns the table now
@@ -338,12 +322,9 @@ def test_cluster_clear_recovers_after_a_failover(own: Cluster) -> None:
 # -- cluster: async discovery ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keys/iter_keys/delete_pattern (and clear with CLEAR_PREFIX_ONLY) get their nodes "
-    "from the sync scan_nodes(), whose first-use / after-failure discovery blocks the event "
-    "loop (here for a seed's whole SOCKET_TIMEOUT)",
-)
+# Regression test (review finding, fixed): keys/iter_keys/delete_pattern (and clear with
+# CLEAR_PREFIX_ONLY) get their nodes from the sync scan_nodes(), whose first-use / after-failure
+# discovery blocks the event loop (here for a seed's whole SOCKET_TIMEOUT)
 def test_cluster_async_key_scan_does_not_block_the_event_loop(cluster: Cluster) -> None:
     with stalled_listener() as stall:
         seeds = [f"redis://127.0.0.1:{stall.getsockname()[1]}", cluster.urls[0]]
@@ -361,12 +342,10 @@ def test_cluster_async_get_discovery_does_not_block_the_event_loop(cluster: Clus
     assert gap < 0.2, f"the event loop was blocked for {gap:.2f} s"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="async discovery (ClusterRouter._arelearn / SentinelRouter._aprimary_now) has no "
-    "single-flight guard: every task that finds the table missing or suspect runs its own "
-    "CLUSTER SLOTS, so a burst of N requests after a failure sends N (the sync path has a lock)",
-)
+# Regression test (review finding, fixed): async discovery (ClusterRouter._arelearn /
+# SentinelRouter._aprimary_now) has no single-flight guard: every task that finds the table
+# missing or suspect runs its own CLUSTER SLOTS, so a burst of N requests after a failure sends N
+# (the sync path has a lock)
 def test_cluster_async_discovery_runs_once_for_concurrent_callers(cluster: Cluster) -> None:
     # A slow discovery (the first seed does not answer, as in an outage) keeps every caller
     # of the burst waiting on its own CLUSTER SLOTS.
@@ -386,11 +365,8 @@ def test_cluster_async_discovery_runs_once_for_concurrent_callers(cluster: Clust
     assert calls <= 2, f"{calls} CLUSTER SLOTS for one burst of 50 agets"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SentinelRouter._aprimary_now has no single-flight guard: 50 concurrent first "
-    "calls ask the sentinels 50 times",
-)
+# Regression test (review finding, fixed): SentinelRouter._aprimary_now has no single-flight
+# guard: 50 concurrent first calls ask the sentinels 50 times
 def test_sentinel_async_discovery_runs_once_for_concurrent_callers(sentinel_set: Any) -> None:
     with stalled_listener() as stall:
         sentinels = [stall.getsockname(), *sentinel_set.sentinel_addresses]
@@ -418,11 +394,9 @@ def test_sentinel_async_discovery_runs_once_for_concurrent_callers(sentinel_set:
 # -- cluster: same behaviour as one server -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_same_slot returns key+suffix for a key with an unbalanced or empty brace; that "
-    "name hashes to another slot, so the stampede script (2 keys) fails with CROSSSLOT",
-)
+# Regression test (review finding, fixed): _same_slot returns key+suffix for a key with an
+# unbalanced or empty brace; that name hashes to another slot, so the stampede script (2 keys)
+# fails with CROSSSLOT
 @pytest.mark.parametrize("key", ["a}b", "x{", "{}x"])
 def test_cluster_stampede_get_or_set_with_braces_in_the_key(cluster: Cluster, key: str) -> None:
     cache = cluster_cache(cluster.urls[:1], STAMPEDE_PROTECTION=True)
@@ -435,21 +409,12 @@ def test_cluster_stampede_get_or_set_with_braces_in_the_key(cluster: Cluster, ke
     [
         pytest.param(
             ("MGET", 1, 2),
-            marks=pytest.mark.xfail(
-                strict=True, reason="mget's key_slots() raises TypeError for int keys"
-            ),
         ),
         pytest.param(
             ("EVAL", "return 1", "x", "k"),
-            marks=pytest.mark.xfail(
-                strict=True, reason="_slot_of does int(numkeys): ValueError, not ResponseError"
-            ),
         ),
         pytest.param(
             (),
-            marks=pytest.mark.xfail(
-                strict=True, reason="_name(args[0]): IndexError, not the ValueError of one server"
-            ),
         ),
         ("GET", 1),
     ],
@@ -463,22 +428,17 @@ def test_cluster_raw_client_behaves_like_one_server(
     assert outcome(lambda: many.client.execute(*args)) == outcome(lambda: one.client.execute(*args))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_plan_pipeline sends keyless commands to the first primary only: DBSIZE, KEYS, "
-    "FLUSHDB in cache.client.pipeline() see or touch one node (execute() visits every primary)",
-)
+# Regression test (review finding, fixed): _plan_pipeline sends keyless commands to the first
+# primary only: DBSIZE, KEYS, FLUSHDB in cache.client.pipeline() see or touch one node (execute()
+# visits every primary)
 def test_cluster_keyless_commands_in_a_pipeline_cover_every_primary(cluster: Cluster) -> None:
     cache = cluster_cache(cluster.urls[:1])
     cache.set_many({f"dbsize{i}": i for i in range(30)})
     assert cache.client.pipeline(("DBSIZE",))[0] == cache.client.execute("DBSIZE")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ClusterRouter.mget over several slots always fans out to the primaries: "
-    "READ_FROM_REPLICAS covers get() and single-slot get_many() only",
-)
+# Regression test (review finding, fixed): ClusterRouter.mget over several slots always fans out
+# to the primaries: READ_FROM_REPLICAS covers get() and single-slot get_many() only
 def test_cluster_get_many_over_slots_reads_from_replicas(cluster: Cluster) -> None:
     cache = cluster_cache(cluster.urls[:1], READ_FROM_REPLICAS=True)
     names = [f"rr-many-{i}" for i in range(30)]
@@ -519,12 +479,10 @@ def cut_replica_link(replica: RedisServer) -> None:
     replica.cli("replicaof", "127.0.0.1", str(free_port()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ReplicaRouter._read falls back to the primary only on ConnectionInterrupted: a "
-    "replica's error reply (MASTERDOWN with replica-serve-stale-data no, LOADING while it "
-    "resyncs) reaches get()/get_many() as ResponseError, which IGNORE_EXCEPTIONS cannot hide",
-)
+# Regression test (review finding, fixed): ReplicaRouter._read falls back to the primary only on
+# ConnectionInterrupted: a replica's error reply (MASTERDOWN with replica-serve-stale-data no,
+# LOADING while it resyncs) reaches get()/get_many() as ResponseError, which IGNORE_EXCEPTIONS
+# cannot hide
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_replica_error_reply_falls_back_to_the_primary(
     lagging_pair: tuple[RedisServer, RedisServer], mode: str
@@ -540,12 +498,9 @@ def test_replica_error_reply_falls_back_to_the_primary(
         assert asyncio.run(cache.aget("k")) == "v"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_incr's read-add-write fallback (a pickled float, a huge int) reads with c.get, "
-    "which a router sends to a replica: a lagging replica's old value is added to and "
-    "written to the primary",
-)
+# Regression test (review finding, fixed): _incr's read-add-write fallback (a pickled float, a
+# huge int) reads with c.get, which a router sends to a replica: a lagging replica's old value is
+# added to and written to the primary
 def test_incr_fallback_reads_the_primary_not_a_replica(
     lagging_pair: tuple[RedisServer, RedisServer],
 ) -> None:

@@ -93,11 +93,10 @@ class PatternsMixin:
 
     def _scan_nodes(self) -> Plan[list[Any]]:
         """The nodes a scan visits: the server, or every primary of a cluster."""
-        nodes = getattr(self._client, "scan_nodes", None)
-        if nodes is None:
+        if not hasattr(self._client, "scan_nodes"):
             return [self._client]
-        yield from ()
-        return nodes()  # type: ignore[no-any-return]
+        # A cluster router: every primary, from a recent slot table (awaited in async code).
+        return (yield self._client.scan_nodes, ())  # type: ignore[no-any-return]
 
     def _keys_plan(self, pattern: str, version: int | None) -> Plan[list[str]]:
         match, unmake = self._pattern(pattern, version), self._unmaker(version)

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import re
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -31,7 +33,7 @@ from redoxide import _redoxide
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ResponseError
 from redoxide.options import Config
 
-__all__ = ["make_client", "scan_targets"]
+__all__ = ["make_client", "slot_tag"]
 
 Client = _redoxide.Client
 key_slot = _redoxide.key_slot
@@ -41,6 +43,9 @@ fanout = _redoxide.fanout
 # A router's own little plans (topology discovery), driven like cache.py's.
 Step = tuple[Callable[..., Any], tuple[Any, ...]]
 Plan = Generator[Step, Any, Any]
+# A cluster call cut into parts: steps are ("send", [(node, commands)]), ("ensure",),
+# ("relearn",) and ("pause",).
+PartsPlan = Generator[tuple[Any, ...], Any, list[Any]]
 
 #: How long a replica that refused a connection is left out of the read rotation.
 REPLICA_DOWN_SECONDS = 5.0
@@ -50,6 +55,8 @@ MAX_REDIRECTS = 5
 RETRY_PAUSE = 0.05
 #: Topology re-discovery runs at most this often (many callers fail at once in an outage).
 MIN_REFRESH_INTERVAL = 0.05
+#: A key scan (keys, iter_keys, delete_pattern, clear) re-reads an older slot table first.
+SCAN_TABLE_AGE = 1.0
 
 _REDIRECT = re.compile(r"\b(MOVED|ASK):? (\d+) (\S+)", re.IGNORECASE)
 
@@ -89,9 +96,10 @@ async def _adrive(plan: Plan, bridge: Any) -> Any:
 
 
 def _discovery_budget(config: Config) -> float:
-    """How long asking nodes (or sentinels) about the topology may take, all of them: one
-    slow node's worth, so a call that re-learns the topology stays bounded."""
-    return config.connect_timeout + config.socket_timeout
+    """How long asking nodes (or sentinels) about the topology may take, all of them: two
+    slow nodes' worth (a first request waits for the connect and the reply), so a call that
+    re-learns the topology stays bounded."""
+    return 2 * (config.connect_timeout + config.socket_timeout)
 
 
 def _credentials(config: Config) -> tuple[str | None, str | None]:
@@ -168,16 +176,65 @@ def make_client(config: Config) -> Any:
     return plain(config.servers[0])
 
 
-def scan_targets(client: Any) -> list[Any]:
-    """The clients a key scan must visit: every cluster primary, else the client itself."""
-    primaries = getattr(client, "scan_nodes", None)
-    return [client] if primaries is None else list(primaries())
-
-
 def _name(arg: Any) -> str:
     if isinstance(arg, bytes):
         return arg.decode("latin-1").upper()
     return str(arg).upper()
+
+
+# -- one discovery at a time -------------------------------------------------------------------
+
+
+class _Flight:
+    """At most one topology discovery at a time: blocking callers take a lock, async callers on
+    one event loop wait for the discovery already running there (50 tasks that meet a failover
+    send one CLUSTER SLOTS, not 50)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._running: dict[int, asyncio.Future[None]] = {}
+
+    def reset_after_fork(self) -> None:
+        self.lock = threading.Lock()
+        self._running = {}
+
+    def run(self, plan: Callable[[], Plan], needed: Callable[[], bool]) -> None:
+        with self.lock:
+            if needed():
+                _drive(plan())
+
+    async def arun(self, plan: Callable[[], Plan], needed: Callable[[], bool], bridge: Any) -> None:
+        loop = asyncio.get_running_loop()
+        running = self._running.get(id(loop))
+        if running is not None and not running.done():
+            await asyncio.wait([running])  # its outcome is the leader's to report
+            return
+        if not needed():
+            return
+        done: asyncio.Future[None] = loop.create_future()
+        self._running[id(loop)] = done
+        try:
+            await _adrive(plan(), bridge)
+        finally:
+            if self._running.get(id(loop)) is done:
+                del self._running[id(loop)]
+            done.set_result(None)
+
+
+# Routers whose locks a forked child must replace (a lock held by another thread at fork()
+# would stay held forever in the child).
+_routers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    global _nodes_lock
+    _nodes_lock = threading.Lock()
+    for router in list(_routers):
+        router._flight.reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # -- read replicas and Sentinel ----------------------------------------------------------------
@@ -192,6 +249,8 @@ class ReplicaRouter:
         self.read_from_replicas = read_from_replicas and bool(self.replicas)
         self._turn = itertools.count()
         self._down: dict[int, float] = {}  # id(replica) -> monotonic time it may be retried
+        self._flight = _Flight()
+        _routers.add(self)
 
     def __repr__(self) -> str:
         return f"<redoxide {type(self).__name__}>"
@@ -226,23 +285,24 @@ class ReplicaRouter:
             return self._aread(replica, name, args, bridge)
         try:
             return getattr(replica, name)(*args)
-        except ConnectionInterrupted:
-            # A replica that is down is skipped: the primary answers instead.
-            self._mark_down(replica)
-            return self._write(name, args, None)
         except CacheTimeout:
             self._mark_down(replica)
             raise
+        except CacheError:
+            # A replica that is down, loading, or cut off from its primary (MASTERDOWN) is
+            # skipped for a while: the primary answers instead.
+            self._mark_down(replica)
+        return self._write(name, args, None)
 
     async def _aread(self, replica: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         try:
             return await getattr(replica, name)(*args, bridge)
-        except ConnectionInterrupted:
-            self._mark_down(replica)
-            return await self._write(name, args, bridge)
         except CacheTimeout:
             self._mark_down(replica)
             raise
+        except CacheError:
+            self._mark_down(replica)
+        return await self._write(name, args, bridge)
 
     def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         if bridge is None:
@@ -255,7 +315,7 @@ class ReplicaRouter:
         return self._read("get", (key,), bridge)
 
     def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
-        return self._read("mget", (keys,), bridge)
+        return self._read("mget", (list(keys),), bridge)
 
     def set(
         self,
@@ -271,13 +331,13 @@ class ReplicaRouter:
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
     ) -> Any:
-        return self._write("set_many", (keys, values, ttl_ms), bridge)
+        return self._write("set_many", (list(keys), list(values), ttl_ms), bridge)
 
     def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
         return self._write("execute", (args,), bridge)
 
     def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        return self._write("pipeline", (commands,), bridge)
+        return self._write("pipeline", (list(commands),), bridge)
 
 
 class SentinelRouter(ReplicaRouter):
@@ -305,7 +365,7 @@ class SentinelRouter(ReplicaRouter):
         ]
         self._learnt_at = -1.0
         self._suspect = True  # nothing learnt yet
-        self._lock = threading.Lock()
+        self._last_error = "not asked yet"
 
     def __repr__(self) -> str:
         return f"<redoxide SentinelRouter {self._service}>"
@@ -316,7 +376,8 @@ class SentinelRouter(ReplicaRouter):
         """Ask the sentinels, in order, for the primary (and replicas); switch to them."""
         errors = []
         deadline = time.monotonic() + _discovery_budget(self._config)
-        for sentinel in list(self._sentinels):
+        sentinels = list(self._sentinels)
+        for sentinel in sentinels:
             if time.monotonic() > deadline:
                 errors.append("out of time")
                 break
@@ -333,15 +394,15 @@ class SentinelRouter(ReplicaRouter):
                 errors.append(f"{sentinel.address}: does not know {self._service!r}")
                 continue
             self._adopt(addr, replicas)
-            # The sentinel that answered is asked first next time.
-            if sentinel is not self._sentinels[0]:
-                self._sentinels.remove(sentinel)
-                self._sentinels.insert(0, sentinel)
+            # The sentinel that answered is asked first next time (one assignment: other
+            # threads may be reading the list).
+            self._sentinels = [sentinel] + [s for s in sentinels if s is not sentinel]
             return self.primary
         self._learnt_at = time.monotonic()
-        raise ConnectionInterrupted(
+        self._last_error = (
             f"no sentinel could name the primary of {self._service!r} ({'; '.join(errors)})"
         )
+        raise ConnectionInterrupted(self._last_error)
 
     def _adopt(self, addr: list[bytes], replicas: list[Any]) -> None:
         config = self._config
@@ -365,28 +426,34 @@ class SentinelRouter(ReplicaRouter):
     def _fresh(self) -> bool:
         return time.monotonic() - self._learnt_at < MIN_REFRESH_INTERVAL
 
+    def _stale(self) -> bool:
+        return self.primary is None or (self._suspect and not self._fresh())
+
+    def _not_fresh(self) -> bool:
+        return self.primary is None or not self._fresh()
+
+    def _known_primary(self) -> Any:
+        if self.primary is None:
+            raise ConnectionInterrupted(self._last_error)
+        return self.primary
+
     def _primary_now(self) -> Any:
         if self.primary is None or self._suspect:
-            with self._lock:
-                if self.primary is None or (self._suspect and not self._fresh()):
-                    _drive(self._discover())
-        return self.primary
+            self._flight.run(self._discover, self._stale)
+        return self._known_primary()
 
     def _relearn(self) -> Any:
-        with self._lock:
-            if not self._fresh():
-                _drive(self._discover())
-        return self.primary
+        self._flight.run(self._discover, self._not_fresh)
+        return self._known_primary()
 
     async def _aprimary_now(self, bridge: Any) -> Any:
-        if self.primary is None or (self._suspect and not self._fresh()):
-            await _adrive(self._discover(), bridge)
-        return self.primary
+        if self._stale():
+            await self._flight.arun(self._discover, self._stale, bridge)
+        return self._known_primary()
 
     async def _arelearn(self, bridge: Any) -> Any:
-        if not self._fresh():
-            await _adrive(self._discover(), bridge)
-        return self.primary
+        await self._flight.arun(self._discover, self._not_fresh, bridge)
+        return self._known_primary()
 
     # -- calls to the primary
 
@@ -432,37 +499,35 @@ class SentinelRouter(ReplicaRouter):
 
 # Commands whose every argument is a key, split by slot, their integer replies summed.
 _SUMMED = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})
-# Keyless commands that concern every primary's data.
-_EVERY_PRIMARY = frozenset({"FLUSHDB", "FLUSHALL", "SCRIPT"})
+# Keyless commands that concern every primary's data, and how their replies combine.
+_EVERY_PRIMARY = frozenset({"FLUSHDB", "FLUSHALL", "SCRIPT", "FUNCTION", "DBSIZE", "KEYS"})
 # Keyless commands answered by any node.
 _KEYLESS = frozenset(
     {
-        "PING",
-        "INFO",
-        "TIME",
-        "ECHO",
-        "CLIENT",
-        "CONFIG",
-        "CLUSTER",
-        "COMMAND",
-        "DBSIZE",
-        "KEYS",
-        "SCAN",
-        "RANDOMKEY",
-        "LASTSAVE",
-        "MEMORY",
-        "SLOWLOG",
-        "LATENCY",
-        "ACL",
-        "DEBUG",
-        "WAIT",
+        "PING", "INFO", "TIME", "ECHO", "CLIENT", "CONFIG", "CLUSTER", "COMMAND", "SCAN",
+        "RANDOMKEY", "LASTSAVE", "SLOWLOG", "LATENCY", "ACL", "DEBUG", "WAIT", "ASKING",
+        "READONLY", "READWRITE", "HELLO", "AUTH", "SELECT", "ROLE", "MODULE", "SAVE", "BGSAVE",
     }
-)
+)  # fmt: skip
+# Commands whose key is the third word (after a subcommand).
+_KEY_THIRD = frozenset({"OBJECT", "MEMORY", "XINFO"})
 _SCRIPTS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
+_STREAM_READS = frozenset({"XREAD", "XREADGROUP"})
+# Replies after which a command is sent again (after a pause and a fresh slot table): the
+# cluster is mid-change, or the node was a primary that has just been demoted.
+_AGAIN = ("TRYAGAIN", "CLUSTERDOWN", "READONLY")
+
+
+def _combine_for(name: str) -> Callable[[list[Any]], Any]:
+    if name == "DBSIZE":
+        return _sum
+    if name == "KEYS":
+        return _concat
+    return _first
 
 
 class _Split:
-    """One command of a caller's pipeline, cut into per-node parts."""
+    """One command of a caller's pipeline, cut into several parts, and how to rejoin them."""
 
     __slots__ = ("combine", "count")
 
@@ -483,13 +548,40 @@ def _concat(replies: list[Any]) -> Any:
     return [item for reply in replies for item in reply]
 
 
+def _check(args: Sequence[Any]) -> str:
+    if not args:
+        raise ValueError("a command needs at least its name")
+    return _name(args[0])
+
+
+# One short hash tag per slot, for companion keys of keys whose own braces defeat tagging.
+_slot_tags: list[str] = []
+
+
+def slot_tag(slot: int) -> str:
+    """A short string that hashes to `slot` (`{tag}` puts any key name in that slot)."""
+    if not _slot_tags:
+        table = [""] * 16384
+        left, start = 16384, 0
+        while left:
+            candidates = [str(i) for i in range(start, start + 65536)]
+            for candidate, found in zip(candidates, key_slots(candidates), strict=True):
+                if not table[found]:
+                    table[found] = candidate
+                    left -= 1
+            start += 65536
+        _slot_tags[:] = table
+    return _slot_tags[slot]
+
+
 class ClusterRouter:
     """Redis / Valkey Cluster: keys routed by hash slot to the node serving it.
 
     The slot table is learnt from CLUSTER SLOTS on first use and again after a MOVED reply, a
-    connection failure, or a timeout. Multi-key calls are split by node and sent to every node
-    before any reply is awaited (async), so a get_many over many slots costs about one round
-    trip; sync calls visit the nodes one after another.
+    connection failure, or a timeout. Multi-key calls are cut into single-slot parts, sent to
+    every node before any reply is awaited (sync too), and only the parts that were
+    redirected are sent again: ASK parts with ASKING to the importing node, MOVED parts to the
+    new owner, TRYAGAIN / CLUSTERDOWN parts after a pause.
     """
 
     def __init__(self, config: Config) -> None:
@@ -503,9 +595,12 @@ class ClusterRouter:
         self._primaries: list[Any] = []
         self._learnt_at = -1.0
         self._suspect = False
-        self._lock = threading.Lock()
+        self._failed_at: dict[tuple[str, int], float] = {}  # nodes that failed discovery
+        self._last_error = "not asked yet"
+        self._flight = _Flight()
         self._turn = itertools.count()
         self._down: dict[int, float] = {}
+        _routers.add(self)
 
     def __repr__(self) -> str:
         return f"<redoxide ClusterRouter {len(self._primaries)} primaries>"
@@ -519,6 +614,9 @@ class ClusterRouter:
             host, _, port = client.address.rpartition(":")
             candidates.append((host.strip("[]"), int(port)))
         candidates += [seed for seed in self._seeds if seed not in candidates]
+        # Nodes that failed lately are asked last: a stalled node must not cost every
+        # discovery its timeout.
+        candidates.sort(key=lambda c: self._failed_at.get(c, 0.0))
         errors = []
         deadline = time.monotonic() + _discovery_budget(config)
         for host, port in candidates:
@@ -528,23 +626,24 @@ class ClusterRouter:
             try:
                 reply = yield node_client(config, host, port).execute, (("CLUSTER", "SLOTS"),)
             except CacheError as exc:
+                self._failed_at[(host, port)] = time.monotonic()
                 errors.append(f"{host}:{port}: {type(exc).__name__}")
                 continue
+            self._failed_at.pop((host, port), None)
             if reply:
                 self._adopt(reply, host)
                 return self._table
             errors.append(f"{host}:{port}: no slots assigned")
         self._learnt_at = time.monotonic()
-        raise ConnectionInterrupted(
-            f"no cluster node could describe the cluster ({'; '.join(errors)})"
-        )
+        self._last_error = f"no cluster node could describe the cluster ({'; '.join(errors)})"
+        raise ConnectionInterrupted(self._last_error)
 
     def _adopt(self, reply: list[Any], asked_host: str) -> None:
         config = self._config
         table: list[Any] = [None] * 16384
-        replica_table: list[list[Any]] = (
-            [[] for _ in range(16384)] if config.read_from_replicas else []
-        )
+        replica_table: list[list[Any]] = []
+        if config.read_from_replicas:
+            replica_table = [[] for _ in range(16384)]
         primaries: dict[int, Any] = {}
 
         def node(entry: list[Any], readonly: bool) -> Any:
@@ -574,101 +673,137 @@ class ClusterRouter:
     def _fresh(self) -> bool:
         return time.monotonic() - self._learnt_at < MIN_REFRESH_INTERVAL
 
+    def _failed(self, node: Any) -> None:
+        """A node timed out or dropped a call: mark the table for re-learning, and ask that
+        node last when re-learning it."""
+        self._suspect = True
+        host, _, port = node.address.rpartition(":")
+        if port.isdigit():
+            self._failed_at[(host.strip("[]"), int(port))] = time.monotonic()
+
     def _needs_table(self) -> bool:
         return self._table is None or (self._suspect and not self._fresh())
 
+    def _not_fresh(self) -> bool:
+        return self._table is None or not self._fresh()
+
+    def _known_table(self) -> list[Any]:
+        table = self._table
+        if table is None:
+            raise ConnectionInterrupted(self._last_error)
+        return table
+
     def _relearn(self) -> None:
-        with self._lock:
-            if self._table is None or not self._fresh():
-                _drive(self._discover())
+        self._flight.run(self._discover, self._not_fresh)
 
     async def _arelearn(self, bridge: Any) -> None:
-        if self._table is None or not self._fresh():
-            await _adrive(self._discover(), bridge)
+        await self._flight.arun(self._discover, self._not_fresh, bridge)
 
     def _table_now(self) -> list[Any]:
         if self._needs_table():
-            self._relearn()
-        assert self._table is not None
-        return self._table
+            self._flight.run(self._discover, self._needs_table)
+        return self._known_table()
 
     async def _atable_now(self, bridge: Any) -> list[Any]:
         if self._needs_table():
-            await self._arelearn(bridge)
-        assert self._table is not None
-        return self._table
+            await self._flight.arun(self._discover, self._needs_table, bridge)
+        return self._known_table()
 
-    def scan_nodes(self) -> list[Any]:
-        """Every primary (for SCAN, FLUSHDB and the like)."""
-        self._table_now()
+    def _scan_stale(self) -> bool:
+        # A key scan is long anyway: look at the cluster again unless the table is recent.
+        return self._table is None or time.monotonic() - self._learnt_at > SCAN_TABLE_AGE
+
+    def scan_nodes(self, bridge: Any = None) -> Any:
+        """Every primary (for SCAN and the like), with a recent slot table."""
+        if bridge is not None:
+            return self._ascan_nodes(bridge)
+        if self._scan_stale() or self._suspect:
+            self._flight.run(self._discover, self._scan_stale)
+        self._known_table()
+        return list(self._primaries)
+
+    async def _ascan_nodes(self, bridge: Any) -> list[Any]:
+        if self._scan_stale() or self._suspect:
+            await self._flight.arun(self._discover, self._scan_stale, bridge)
+        self._known_table()
         return list(self._primaries)
 
     # -- routing one command
 
     def _slot_of(self, args: Sequence[Any]) -> int | None:
         """The slot a command must run in, or None for a keyless command."""
-        name = _name(args[0])
+        name = _check(args)
         if name in _SCRIPTS:
-            if len(args) > 3 and int(args[2]) > 0:
-                return key_slot(_key_arg(args[3]))
-            return None
+            try:
+                numkeys = int(args[2])
+            except (IndexError, TypeError, ValueError):
+                return None  # the server will say what is wrong
+            return key_slot(_key_arg(args[3])) if numkeys > 0 and len(args) > 3 else None
         if name in _KEYLESS or len(args) < 2:
+            return None
+        if name in _KEY_THIRD:
+            return key_slot(_key_arg(args[2])) if len(args) > 2 else None
+        if name in _STREAM_READS:
+            words = [_name(a) for a in args]
+            if "STREAMS" in words and words.index("STREAMS") + 1 < len(args):
+                return key_slot(_key_arg(args[words.index("STREAMS") + 1]))
             return None
         return key_slot(_key_arg(args[1]))
 
-    def _recover(self, exc: CacheError, slot: int | None, node: Any, attempt: int) -> Any:
-        """What to do after a failed call: return ("retry", node) or ("ask", node), or raise."""
-        if attempt >= MAX_REDIRECTS:
-            raise exc
-        if isinstance(exc, ResponseError):
-            text = str(exc)
-            found = _REDIRECT.search(text)
-            if found:
-                host, _, port = found.group(3).rpartition(":")
-                target = node_client(self._config, host.strip("[]"), int(port))
-                if found.group(1).upper() == "ASK":
-                    return "ask", target
-                # The slot moved: use the new owner now, re-learn the whole table soon.
-                if self._table is not None:
-                    self._table[int(found.group(2))] = target
-                self._suspect = True
-                return "retry", target
-            upper = text.upper()
-            if "TRYAGAIN" in upper or "CLUSTERDOWN" in upper:
-                self._suspect = True
-                return "pause", None
-            raise exc
-        if isinstance(exc, CacheTimeout):
+    def _redirect(self, exc: ResponseError, node: Any) -> tuple[str, Any]:
+        """Classify an error reply: ("moved"|"ask", target node), ("again", None) or
+        ("final", None)."""
+        text = str(exc)
+        found = _REDIRECT.search(text)
+        if found:
+            host, _, port = found.group(3).rpartition(":")
+            host = host.strip("[]")
+            if host in ("", "?"):
+                host = node.address.rpartition(":")[0].strip("[]")
+            target = node_client(self._config, host, int(port))
+            if found.group(1).upper() == "ASK":
+                return "ask", target
+            # The slot moved: use the new owner now, re-learn the whole table soon.
+            if self._table is not None:
+                self._table[int(found.group(2))] = target
             self._suspect = True
-            raise exc
-        # The node is gone: learn the table again; retry only if the slot has a new home.
-        self._suspect = True
-        return "relearn", node
+            return "moved", target
+        upper = text.upper()
+        if any(word in upper for word in _AGAIN):
+            self._suspect = True
+            return "again", None
+        return "final", None
 
     def _call(self, slot: int | None, name: str, args: tuple[Any, ...]) -> Any:
         """Run one single-slot call, following redirects (blocking)."""
         table = self._table_now() if self._table is None or self._suspect else self._table
         node = table[slot] if slot is not None else self._primaries[0]
-        attempt = 0
-        while True:
+        for attempt in range(MAX_REDIRECTS + 1):
             try:
                 return getattr(node, name)(*args)
-            except CacheError as exc:
-                action, target = self._recover(exc, slot, node, attempt)
-                failure = exc
-            attempt += 1
-            if action == "ask":
-                return target.pipeline((("ASKING",), _as_command(name, args)))[1]
-            if action == "pause":
+            except CacheTimeout:
+                self._failed(node)
+                raise
+            except ResponseError as exc:
+                kind, target = self._redirect(exc, node)
+                if kind == "final" or attempt == MAX_REDIRECTS:
+                    raise
+            except ConnectionInterrupted:
+                # The node is gone: learn the table again; retry if the slot has a new home.
+                self._failed(node)
+                self._relearn()
+                target = self._known_table()[slot] if slot is not None else self._primaries[0]
+                if target is node or attempt == MAX_REDIRECTS:
+                    raise
+                kind = "moved"
+            if kind == "ask":
+                return _asking(target.pipeline((("ASKING",), _as_command(name, args))))
+            if kind == "again":
                 time.sleep(RETRY_PAUSE)
                 self._relearn()
-            elif action == "relearn":
-                self._relearn()
-                fresh = self._table_now()
-                target = fresh[slot] if slot is not None else self._primaries[0]
-                if target is node:
-                    raise failure
-            node = target if target is not None else self._table_now()[slot or 0]
+                target = self._known_table()[slot] if slot is not None else self._primaries[0]
+            node = target
+        raise AssertionError("unreachable")
 
     async def _acall(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         if self._table is None or self._suspect:
@@ -676,27 +811,32 @@ class ClusterRouter:
         else:
             table = self._table
         node = table[slot] if slot is not None else self._primaries[0]
-        attempt = 0
-        while True:
+        for attempt in range(MAX_REDIRECTS + 1):
             try:
                 return await getattr(node, name)(*args, bridge)
-            except CacheError as exc:
-                action, target = self._recover(exc, slot, node, attempt)
-                failure = exc
-            attempt += 1
-            if action == "ask":
+            except CacheTimeout:
+                self._failed(node)
+                raise
+            except ResponseError as exc:
+                kind, target = self._redirect(exc, node)
+                if kind == "final" or attempt == MAX_REDIRECTS:
+                    raise
+            except ConnectionInterrupted:
+                self._failed(node)
+                await self._arelearn(bridge)
+                target = self._known_table()[slot] if slot is not None else self._primaries[0]
+                if target is node or attempt == MAX_REDIRECTS:
+                    raise
+                kind = "moved"
+            if kind == "ask":
                 asking = (("ASKING",), _as_command(name, args))
-                return (await target.pipeline(asking, bridge))[1]
-            if action == "pause":
+                return _asking(await target.pipeline(asking, bridge))
+            if kind == "again":
                 await asyncio.sleep(RETRY_PAUSE)
                 await self._arelearn(bridge)
-            elif action == "relearn":
-                await self._arelearn(bridge)
-                fresh = await self._atable_now(bridge)
-                target = fresh[slot] if slot is not None else self._primaries[0]
-                if target is node:
-                    raise failure
-            node = target if target is not None else (await self._atable_now(bridge))[slot or 0]
+                target = self._known_table()[slot] if slot is not None else self._primaries[0]
+            node = target
+        raise AssertionError("unreachable")
 
     def _route(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         if bridge is None:
@@ -728,11 +868,10 @@ class ClusterRouter:
         try:
             return getattr(replica, name)(*args)
         except CacheError as exc:
-            if isinstance(exc, (ConnectionInterrupted, CacheTimeout)):
-                self._down[id(replica)] = time.monotonic() + REPLICA_DOWN_SECONDS
+            self._down[id(replica)] = time.monotonic() + REPLICA_DOWN_SECONDS
             if isinstance(exc, CacheTimeout):
                 raise
-            return self._call(slot, name, args)
+        return self._call(slot, name, args)
 
     async def _aread(
         self, replica: Any, slot: int, name: str, args: tuple[Any, ...], bridge: Any
@@ -740,27 +879,160 @@ class ClusterRouter:
         try:
             return await getattr(replica, name)(*args, bridge)
         except CacheError as exc:
-            if isinstance(exc, (ConnectionInterrupted, CacheTimeout)):
-                self._down[id(replica)] = time.monotonic() + REPLICA_DOWN_SECONDS
+            self._down[id(replica)] = time.monotonic() + REPLICA_DOWN_SECONDS
             if isinstance(exc, CacheTimeout):
                 raise
-            return await self._acall(slot, name, args, bridge)
+        return await self._acall(slot, name, args, bridge)
 
-    # -- fan-out over nodes
+    # -- calls cut into single-slot parts
 
-    def _groups(self, slots: list[int]) -> dict[int, tuple[Any, list[int]]]:
-        """Positions grouped by the node serving their slot: {id(node): (node, [i, ...])}."""
-        table = self._table
-        assert table is not None
-        groups: dict[int, tuple[Any, list[int]]] = {}
-        for i, slot in enumerate(slots):
-            node = table[slot]
-            group = groups.get(id(node))
-            if group is None:
-                groups[id(node)] = (node, [i])
-            else:
+    def _node_for(self, target: Any) -> Any:
+        if target is None:
+            return self._primaries[0]
+        if isinstance(target, int):
+            return self._known_table()[target]
+        if target[0] == "replica":
+            # A replica of the slot that answers, else its primary.
+            return self._replica_for(target[1]) or self._known_table()[target[1]]
+        # ("primary", k): the k-th primary of the current table (for FLUSHDB and the like,
+        # which a failover hands to the promoted replica in the same place).
+        return self._primaries[target[1] % len(self._primaries)]
+
+    def _parts(self, parts: list[tuple[Any, ...]], targets: list[Any]) -> PartsPlan:
+        """Run single-slot commands wherever they belong; return their replies in order (an
+        error reply as a ResponseError instance). A step is ("send", [(node, commands)]) ->
+        one reply list or exception per node, ("relearn",) or ("pause",)."""
+        yield ("ensure",)
+        replies: list[Any] = [None] * len(parts)
+        todo = list(range(len(parts)))
+        asking: dict[int, Any] = {}
+        last_error: dict[int, ResponseError] = {}
+        for attempt in range(MAX_REDIRECTS + 1):
+            groups: dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
+            for i in todo:
+                node = asking.get(i) or self._node_for(targets[i])
+                group = groups.get(id(node))
+                if group is None:
+                    group = groups[id(node)] = (node, [], [])
                 group[1].append(i)
-        return groups
+                if i in asking:
+                    group[2].append(("ASKING",))
+                group[2].append(parts[i])
+            outcomes = yield ("send", [(node, cmds) for node, _, cmds in groups.values()])
+            retry: list[int] = []
+            lost: list[tuple[int, Any, BaseException]] = []
+            pause = False
+            for (node, positions, _), outcome in zip(groups.values(), outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    self._failed(node)
+                    if any(
+                        isinstance(targets[i], tuple) and targets[i][0] == "replica"
+                        for i in positions
+                    ):
+                        self._down[id(node)] = time.monotonic() + REPLICA_DOWN_SECONDS
+                    if isinstance(outcome, CacheTimeout):
+                        raise outcome
+                    # The connection broke: whether these parts ran is unknown; they are sent
+                    # again only if re-learning the table gives them another node.
+                    lost += [(i, node, outcome) for i in positions]
+                    continue
+                at = 0
+                for i in positions:
+                    if i in asking:
+                        at += 1  # ASKING's own reply
+                    reply = outcome[at]
+                    at += 1
+                    if isinstance(reply, ResponseError):
+                        last_error[i] = reply
+                        kind, target = self._redirect(reply, node)
+                        if kind == "ask":
+                            asking[i] = target
+                            retry.append(i)
+                            continue
+                        if kind in ("moved", "again"):
+                            asking.pop(i, None)
+                            pause = pause or kind == "again"
+                            retry.append(i)
+                            continue
+                    replies[i] = reply
+                    asking.pop(i, None)
+            if not retry and not lost:
+                return replies
+            if attempt == MAX_REDIRECTS:
+                break
+            if pause:
+                yield ("pause",)
+            if lost or pause:
+                yield ("relearn",)
+            for i, node, error in lost:
+                if self._node_for(targets[i]) is node:
+                    raise error
+                retry.append(i)
+            todo = sorted(retry)
+        for i in todo:
+            # Still redirected after every retry: the last error reply is the answer.
+            replies[i] = last_error.get(i) or ResponseError(f"no node ran {parts[i][0]!r}")
+        return replies
+
+    def _run_parts(self, plan: PartsPlan) -> Any:
+        """Drive a _parts plan with blocking calls (fan-out over the nodes)."""
+        try:
+            step: Any = next(plan)
+            while True:
+                kind = step[0]
+                if kind == "send":
+                    calls = step[1]
+                    if len(calls) == 1:
+                        node, commands = calls[0]
+                        try:
+                            result: Any = [node.pipeline_results(commands)]
+                        except CacheError as exc:
+                            result = [exc]
+                    else:
+                        result = fanout(calls)
+                elif kind == "ensure":
+                    result = self._table_now()
+                elif kind == "relearn":
+                    self._relearn()
+                    result = None
+                else:
+                    time.sleep(RETRY_PAUSE)
+                    result = None
+                step = plan.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+    async def _arun_parts(self, plan: PartsPlan, bridge: Any) -> Any:
+        """Drive a _parts plan with awaits: every node's request is sent before any wait."""
+        try:
+            step: Any = next(plan)
+            while True:
+                kind = step[0]
+                if kind == "send":
+                    pending = [node.pipeline_results(cmds, bridge) for node, cmds in step[1]]
+                    _together(pending)
+                    result: Any = []
+                    for waiting in pending:
+                        try:
+                            result.append(await waiting)
+                        except CacheError as exc:
+                            result.append(exc)
+                elif kind == "ensure":
+                    result = await self._atable_now(bridge)
+                elif kind == "relearn":
+                    await self._arelearn(bridge)
+                    result = None
+                else:
+                    await asyncio.sleep(RETRY_PAUSE)
+                    result = None
+                step = plan.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+    def _drive_parts(self, plan: PartsPlan, finish: Callable[[list[Any]], Any], bridge: Any) -> Any:
+        if bridge is None:
+            return finish(self._run_parts(plan))
+        return _then(self._arun_parts(plan, bridge), finish)
 
     # -- the Client interface
 
@@ -784,56 +1056,37 @@ class ClusterRouter:
         return self._route(key_slot(key), "set", (key, value, ttl_ms, nx, xx), bridge)
 
     def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
-        keys = list(keys)
+        keys = [_key_arg(k) for k in keys]
         slots = key_slots(keys)
-        if len(set(slots)) == 1:
-            if self._config.read_from_replicas:
-                return self._read(slots[0], "mget", (keys,), bridge)
-            return self._route(slots[0], "mget", (keys,), bridge)
-        if bridge is not None:
-            return self._amget(keys, slots, bridge)
-        self._table_now()
-        values: list[Any] = [None] * len(keys)
-        groups = list(self._groups(slots).values())
-        try:
-            # Every node's request is sent before any reply is awaited.
-            replies = fanout([(node, [("GET", keys[i]) for i in pos]) for node, pos in groups])
-            for (_, positions), got in zip(groups, replies, strict=True):
-                for i, value in zip(positions, got, strict=True):
+        if len(set(slots)) <= 1:
+            slot = slots[0] if slots else None
+            if self._config.read_from_replicas and slot is not None:
+                return self._read(slot, "mget", (keys,), bridge)
+            return self._route(slot, "mget", (keys,), bridge)
+        # One MGET per slot (MGET semantics: nil for a key of another type).
+        by_slot: dict[int, list[int]] = {}
+        for i, slot in enumerate(slots):
+            by_slot.setdefault(slot, []).append(i)
+        parts = [("MGET", *[keys[i] for i in positions]) for positions in by_slot.values()]
+        targets: list[Any] = list(by_slot)
+        if self._config.read_from_replicas:
+            targets = [("replica", slot) for slot in by_slot]
+        plan = self._parts(parts, targets)
+
+        def finish(replies: list[Any]) -> list[Any]:
+            values: list[Any] = [None] * len(keys)
+            for positions, reply in zip(by_slot.values(), replies, strict=True):
+                if isinstance(reply, ResponseError):
+                    raise reply
+                for i, value in zip(positions, reply, strict=True):
                     values[i] = value
             return values
-        except CacheError:
-            pass
-        # A node failed or redirected: per key, with redirects followed.
-        return [self._call(slot, "get", (key,)) for key, slot in zip(keys, slots, strict=True)]
 
-    async def _amget(self, keys: list[Any], slots: list[int], bridge: Any) -> list[Any]:
-        await self._atable_now(bridge)
-        groups = list(self._groups(slots).values())
-        # Send to every node before awaiting any reply.
-        pending = [node.pipeline([("GET", keys[i]) for i in pos], bridge) for node, pos in groups]
-        _together(pending)
-        values: list[Any] = [None] * len(keys)
-        failed = False
-        for (_, positions), waiting in zip(groups, pending, strict=True):
-            try:
-                got = await waiting
-            except CacheError:
-                failed = True
-                continue
-            for i, value in zip(positions, got, strict=True):
-                values[i] = value
-        if failed:
-            return [
-                await self._acall(slot, "get", (key,), bridge)
-                for key, slot in zip(keys, slots, strict=True)
-            ]
-        return values
+        return self._drive_parts(plan, finish, bridge)
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
     ) -> Any:
-        keys, values = list(keys), list(values)
         commands: list[tuple[Any, ...]] = []
         for key, value in zip(keys, values, strict=True):
             if ttl_ms is None:
@@ -843,147 +1096,83 @@ class ClusterRouter:
         return self.pipeline(commands, bridge)
 
     def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
-        name = _name(args[0])
-        if name in _SUMMED and len(args) > 2:
+        name = _check(args)
+        if (name in _SUMMED and len(args) > 2) or name in _EVERY_PRIMARY:
             if bridge is None:
                 return self.pipeline([args])[0]
-            return _first_of(self.pipeline([args], bridge))
-        if name == "MGET":
+            return _then(self.pipeline([args], bridge), _only)
+        if name == "MGET" and len(args) > 1:
             return self.mget(args[1:], bridge)
-        if name in _EVERY_PRIMARY or name in ("DBSIZE", "KEYS"):
-            return self._every_primary(tuple(args), name, bridge)
         return self._route(self._slot_of(args), "execute", (args,), bridge)
 
-    def _every_primary(self, args: tuple[Any, ...], name: str, bridge: Any) -> Any:
-        combine = _sum if name == "DBSIZE" else _concat if name == "KEYS" else _first
-        if bridge is not None:
-            return self._aevery_primary(args, combine, bridge)
-        return combine([got[0] for got in fanout([(n, [args]) for n in self.scan_nodes()])])
-
-    async def _aevery_primary(
-        self, args: tuple[Any, ...], combine: Callable[[list[Any]], Any], bridge: Any
-    ) -> Any:
-        await self._atable_now(bridge)
-        pending = [node.execute(args, bridge) for node in self._primaries]
-        _together(pending)
-        return combine([await waiting for waiting in pending])
-
-    def _plan_pipeline(
-        self, commands: list[Sequence[Any]]
-    ) -> tuple[list[Any], list[tuple[Any, ...]], list[_Split | None]]:
-        """Cut a pipeline into single-slot parts: their slots, the parts, and how to rejoin."""
-        part_slots: list[Any] = []
+    def _pipeline_plan(self, commands: list[Sequence[Any]]) -> tuple[Plan, Callable[..., Any]]:
+        """Cut a pipeline into single-slot parts; return the plan and how to rejoin."""
         parts: list[tuple[Any, ...]] = []
+        targets: list[Any] = []
         splits: list[_Split | None] = []
+        primaries: list[Any] | None = None
         for command in commands:
-            name = _name(command[0])
+            name = _check(command)
             if name in _SUMMED and len(command) > 2:
                 keys = command[1:]
                 for key in keys:
-                    part_slots.append(key_slot(_key_arg(key)))
+                    targets.append(key_slot(_key_arg(key)))
                     parts.append((command[0], key))
                 splits.append(_Split(len(keys), _sum))
+            elif name in _EVERY_PRIMARY:
+                if primaries is None:
+                    primaries = self._primaries if self._fresh() else self.scan_nodes()
+                for k in range(len(primaries)):
+                    targets.append(("primary", k))
+                    parts.append(tuple(command))
+                splits.append(_Split(len(primaries), _combine_for(name)))
             else:
-                part_slots.append(self._slot_of(command))
+                targets.append(self._slot_of(command))
                 parts.append(tuple(command))
                 splits.append(None)
-        return part_slots, parts, splits
 
-    @staticmethod
-    def _rejoin(replies: list[Any], splits: list[_Split | None]) -> list[Any]:
-        out, at = [], 0
-        for split in splits:
-            if split is None:
-                out.append(replies[at])
-                at += 1
-            else:
-                out.append(split.combine(replies[at : at + split.count]))
-                at += split.count
-        return out
+        def rejoin(replies: list[Any]) -> list[Any]:
+            # As on one server, an error reply raises (the first one).
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+            out, at = [], 0
+            for split in splits:
+                if split is None:
+                    out.append(replies[at])
+                    at += 1
+                else:
+                    out.append(split.combine(replies[at : at + split.count]))
+                    at += split.count
+            return out
 
-    def _node_groups(self, part_slots: list[Any]) -> list[tuple[Any, list[int]]]:
-        table = self._table
-        assert table is not None
-        first = self._primaries[0]
-        groups: dict[int, tuple[Any, list[int]]] = {}
-        for i, slot in enumerate(part_slots):
-            node = first if slot is None else table[slot]
-            group = groups.get(id(node))
-            if group is None:
-                groups[id(node)] = (node, [i])
-            else:
-                group[1].append(i)
-        return list(groups.values())
+        return self._parts(parts, targets), rejoin
 
     def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
         commands = list(commands)
         if not commands:
             return [] if bridge is None else _done([])
-        part_slots, parts, splits = self._plan_pipeline(commands)
-        if bridge is not None:
-            return self._apipeline(part_slots, parts, splits, bridge)
-        for attempt in range(MAX_REDIRECTS + 1):
-            self._table_now()
-            replies: list[Any] = [None] * len(parts)
-            groups = self._node_groups(part_slots)
-            try:
-                if len(groups) == 1:
-                    node, positions = groups[0]
-                    got_all = [node.pipeline([parts[i] for i in positions])]
-                else:
-                    got_all = fanout([(node, [parts[i] for i in pos]) for node, pos in groups])
-                for (_, positions), got in zip(groups, got_all, strict=True):
-                    for i, reply in zip(positions, got, strict=True):
-                        replies[i] = reply
-                return self._rejoin(replies, splits)
-            except CacheError as exc:
-                self._pipeline_failed(exc, attempt)
-                self._relearn()
-        raise AssertionError("unreachable")
+        if any(_check(c) in _EVERY_PRIMARY for c in commands) and bridge is not None:
+            return self._apipeline_every(commands, bridge)
+        plan, rejoin = self._pipeline_plan(commands)
+        return self._drive_parts(plan, rejoin, bridge)
 
-    async def _apipeline(
-        self,
-        part_slots: list[Any],
-        parts: list[tuple[Any, ...]],
-        splits: list[_Split | None],
-        bridge: Any,
-    ) -> list[Any]:
-        for attempt in range(MAX_REDIRECTS + 1):
-            await self._atable_now(bridge)
-            groups = self._node_groups(part_slots)
-            pending = [node.pipeline([parts[i] for i in pos], bridge) for node, pos in groups]
-            _together(pending)
-            replies: list[Any] = [None] * len(parts)
-            failure: CacheError | None = None
-            for (_, positions), waiting in zip(groups, pending, strict=True):
-                try:
-                    got = await waiting
-                except CacheError as exc:
-                    failure = failure or exc
-                    continue
-                for i, reply in zip(positions, got, strict=True):
-                    replies[i] = reply
-            if failure is None:
-                return self._rejoin(replies, splits)
-            self._pipeline_failed(failure, attempt)
-            if "TRYAGAIN" in str(failure).upper() or "CLUSTERDOWN" in str(failure).upper():
-                await asyncio.sleep(RETRY_PAUSE)
-            await self._arelearn(bridge)
-        raise AssertionError("unreachable")
+    async def _apipeline_every(self, commands: list[Sequence[Any]], bridge: Any) -> Any:
+        await self._ascan_nodes(bridge)  # the primaries, learnt without blocking the loop
+        plan, rejoin = self._pipeline_plan(commands)
+        return rejoin(await self._arun_parts(plan, bridge))
 
-    def _pipeline_failed(self, exc: CacheError, attempt: int) -> None:
-        """Decide whether a failed fan-out is retried (after re-learning) or raised."""
-        if attempt >= MAX_REDIRECTS or isinstance(exc, CacheTimeout):
-            self._suspect = True
-            raise exc
-        if isinstance(exc, ResponseError):
-            upper = str(exc).upper()
-            retried = ("TRYAGAIN" in upper) or ("CLUSTERDOWN" in upper)
-            if _REDIRECT.search(str(exc)) is None and not retried:
-                raise exc
-        elif attempt >= 1:
-            raise exc  # the connection failed again after re-learning: the node is down
-        self._suspect = True
+
+def _only(replies: list[Any]) -> Any:
+    return replies[0]
+
+
+def _asking(replies: list[Any]) -> Any:
+    return replies[1]
+
+
+async def _then(waiting: Any, finish: Callable[[Any], Any]) -> Any:
+    return finish(await waiting)
 
 
 def _key_arg(arg: Any) -> Any:
@@ -1022,10 +1211,3 @@ def _together(pending: list[Any]) -> None:
 
 async def _done(value: Any) -> Any:
     return value
-
-
-async def _first_of(replies: Any) -> Any:
-    return (await replies)[0]
-
-
-_Coro = Coroutine[Any, Any, Any]

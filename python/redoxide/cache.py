@@ -32,7 +32,7 @@ from django.core.cache.backends.base import (
 from redoxide import _redoxide
 from redoxide._expiry import ExpiryMixin
 from redoxide._patterns import PatternsMixin, glob_escape
-from redoxide._topology import make_client
+from redoxide._topology import make_client, slot_tag
 from redoxide.compressors import IdentityCompressor, decompress_any
 from redoxide.exceptions import (
     CacheTimeout,
@@ -84,12 +84,14 @@ _RENAME_SCRIPT = (
 
 def _same_slot(key: str, suffix: str) -> str:
     """A companion key name for `key` that a cluster stores in the same hash slot."""
-    name = key + suffix
     if "{" not in key and "}" not in key:
         return "{" + key + "}" + suffix
-    if _redoxide.key_slot(name) == _redoxide.key_slot(key):
-        return name
-    return name  # an odd key ({ without }): a cluster refuses the script with CROSSSLOT
+    name = key + suffix
+    slot = _redoxide.key_slot(key)
+    if _redoxide.key_slot(name) == slot:
+        return name  # the key's own {tag} decides
+    # Braces that are no tag ("a}b", "x{", "{}x"): lead with a tag of the key's slot.
+    return "{" + slot_tag(slot) + "}" + name
 
 
 # One Rust client per configuration per process, shared by every backend instance
@@ -134,10 +136,12 @@ def _bridge() -> _redoxide.Bridge:
 
 
 def _forget_bridges() -> None:
-    # A forked child must not share the parent's eventfds or loops.
-    global _local
+    # A forked child must not share the parent's eventfds or loops, nor inherit a lock that
+    # another thread of the parent held at fork().
+    global _local, _clients_lock
     _bridges.clear()
     _local = threading.local()
+    _clients_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -534,7 +538,8 @@ class RedisCache(ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
                 raise
             # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta):
             # read, add, and write back keeping the TTL, as django-redis does.
-            data = yield c.get, (made,)
+            # Read from the primary (a router sends get() to replicas, which may lag).
+            data = yield c.execute, (("GET", made),)
             if data is None:
                 raise ValueError(f"Key '{key}' not found.") from None
             value = self._decode(data, key) + delta

@@ -379,7 +379,7 @@ def _topology(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any
         extra = opts.get("sentinel_kwargs") or {}
         if not isinstance(extra, dict):
             raise _fail(names["sentinel_kwargs"], f"must be a dict, not {type(extra).__name__}")
-        unknown = sorted(set(extra) - {"password", "username", "socket_timeout"})
+        unknown = sorted(set(extra) - {"password", "username"})
         if unknown:
             raise _fail(
                 names["sentinel_kwargs"],
