@@ -171,7 +171,7 @@ def main() -> int:
             for name, cache in contenders.items():
                 ops = args.ops if "builtin" not in name else max(IN_FLIGHT * 4, args.ops // 10)
                 rates[name].append(concurrent_rate(cache, keys, ops))
-            for key, value in many_rates(cluster_cache, spread, args.ops // 5).items():
+            for key, value in many_rates(cluster_cache, spread, args.ops).items():
                 many.setdefault(key, []).append(value)
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr)
         per_node = {node.port: connections(node) for node in cluster.primaries()}

@@ -64,6 +64,16 @@ pub struct Blocking {
     spin: Spin,
 }
 
+/// How a caller waits for its reply before blocking in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Poll on the CPU for a reply due within tens of microseconds (one server).
+    Spin,
+    /// Poll, but give the CPU away between polls: while several servers work on a fan-out,
+    /// they (on a small host) need the cores more than the waiting thread does.
+    Yield,
+}
+
 /// Longest a caller polls for its reply before sleeping in the kernel.
 const MAX_SPIN: Duration = Duration::from_micros(150);
 
@@ -229,7 +239,7 @@ impl Blocking {
     /// Send packed commands and read their replies (one value, or a list of them).
     pub fn request(&mut self, packed: &[u8], shape: Replies, config: &MuxConfig) -> Result<Value> {
         self.send(packed, config)?;
-        self.receive(shape, config)
+        self.receive(shape, config, Wait::Spin)
     }
 
     /// Send packed commands (their replies are read by `receive`).
@@ -244,10 +254,11 @@ impl Blocking {
         shape: Replies,
         config: &MuxConfig,
         deadline: Instant,
+        wait: Wait,
     ) -> Result<Value> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left >= config.response_timeout {
-            return self.receive(shape, config);
+            return self.receive(shape, config, wait);
         }
         let shortened = !left.is_zero() && self.socket.set_read_timeout(left).is_ok();
         if !shortened {
@@ -256,7 +267,7 @@ impl Blocking {
                 config.addr, config.response_timeout
             )));
         }
-        let result = self.receive(shape, config);
+        let result = self.receive(shape, config, wait);
         if result.is_ok() {
             // Back to the usual bound (a failed connection is closed anyway).
             if let Err(e) = self.socket.set_read_timeout(config.response_timeout) {
@@ -266,8 +277,9 @@ impl Blocking {
         result
     }
 
-    /// Read the replies of what `send` sent (one value, or a list of them).
-    pub fn receive(&mut self, shape: Replies, config: &MuxConfig) -> Result<Value> {
+    /// Read the replies of what `send` sent (one value, or a list of them), polling for them
+    /// briefly before blocking (see `Spin` and `Wait`).
+    pub fn receive(&mut self, shape: Replies, config: &MuxConfig, wait: Wait) -> Result<Value> {
         let expected = shape.count();
         let started = Instant::now();
         let window = self.spin.window();
@@ -332,7 +344,10 @@ impl Blocking {
                     if n == 0 || started.elapsed() >= window {
                         break;
                     }
-                    std::hint::spin_loop();
+                    match wait {
+                        Wait::Spin => std::hint::spin_loop(),
+                        Wait::Yield => std::thread::yield_now(),
+                    }
                 }
                 if caught {
                     continue;

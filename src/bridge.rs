@@ -243,6 +243,9 @@ pub struct Pending {
     convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
     /// Commands sent together with this one by the same caller (this one included).
     group: usize,
+    /// The connections of those other commands: polled too while this one polls, so their
+    /// replies are read by this thread rather than waiting for the I/O thread to wake.
+    siblings: Vec<Arc<dyn Poller>>,
 }
 
 impl Pending {
@@ -253,7 +256,16 @@ impl Pending {
         convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
     ) -> Self {
         bridge.get().queue.in_flight.fetch_add(1, Ordering::Relaxed);
-        Pending { slot, consumed: false, bridge, poller, started: None, convert, group: 1 }
+        Pending {
+            slot,
+            consumed: false,
+            bridge,
+            poller,
+            started: None,
+            convert,
+            group: 1,
+            siblings: Vec::new(),
+        }
     }
 
     fn finish(&mut self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
@@ -301,11 +313,25 @@ impl Pending {
         drop(waker);
     }
 
-    /// Say that this command was sent together with others (`count` in all) by one caller
-    /// that awaits them in turn, e.g. one per cluster node: with no other traffic on the loop,
-    /// it may then poll for its reply before parking, as a lone command does.
-    fn sent_with(&mut self, count: usize) {
-        self.group = count.max(1);
+    /// Say that this command was sent together with `others` (this one may be among them) by
+    /// one caller that awaits them in turn, e.g. one per cluster node: with no other traffic
+    /// on the loop, it may then poll for its reply before parking, as a lone command does,
+    /// and it polls their connections too.
+    fn sent_with(&mut self, others: Vec<Bound<'_, PyAny>>) {
+        self.group = others.len().max(1);
+        self.siblings.clear();
+        for other in &others {
+            // This one is borrowed already (by this call): it is skipped.
+            if let Ok(pending) = other.cast::<Pending>() {
+                if let Ok(pending) = pending.try_borrow() {
+                    if let Some(poller) = &pending.poller {
+                        if self.poller.as_ref().is_none_or(|own| !Arc::ptr_eq(own, poller)) {
+                            self.siblings.push(Arc::clone(poller));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -319,11 +345,14 @@ impl Pending {
         let started = *self.started.get_or_insert(now);
         let waited = u64::try_from(now.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
         if waited < self.bridge.get().queue.spin_window_ns(self.group) {
+            for sibling in &self.siblings {
+                sibling.poll();
+            }
             if let Some(poller) = &self.poller {
                 poller.poll();
-                if let Some(outcome) = self.slot.take() {
-                    return Err(self.finish(py, outcome));
-                }
+            }
+            if let Some(outcome) = self.slot.take() {
+                return Err(self.finish(py, outcome));
             }
             // A bare yield: asyncio runs this task again on the next loop iteration.
             return Ok(py.None());

@@ -14,7 +14,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{Cmd, ConnectionLike, IntoConnectionInfo, Pipeline, RedisError, Value};
 
-use crate::blocking::Blocking;
+use crate::blocking::{Blocking, Wait};
 use crate::bridge::{Bridge, CompletionGuard, Pending, Slot};
 use crate::errors::{guard, Error, Result};
 use crate::mux::{Mux, MuxConfig, Replies, Target};
@@ -349,9 +349,12 @@ pub(crate) fn fanout_sync(calls: &[(&Client, Pipeline)]) -> Vec<Result<Reply>> {
                         outcome
                     }
                     Some(server) => match conns.iter_mut().find(|c| c.client_id == client.id) {
-                        Some(SyncConn { link: Link::Own(conn), .. }) if sent[i] => {
-                            conn.receive_by(Replies::Many(pipe.len()), server, deadline)
-                        }
+                        Some(SyncConn { link: Link::Own(conn), .. }) if sent[i] => conn.receive_by(
+                            Replies::Many(pipe.len()),
+                            server,
+                            deadline,
+                            Wait::Yield,
+                        ),
                         _ => Err(Error::Internal("lost track of a connection".into())),
                     },
                 };

@@ -1068,6 +1068,14 @@ class ClusterRouter:
         for i, slot in enumerate(slots):
             by_slot.setdefault(slot, []).append(i)
         parts = [("MGET", *[keys[i] for i in positions]) for positions in by_slot.values()]
+        table = self._table
+        settled = table is not None and not self._suspect
+        if settled and not self._config.read_from_replicas:
+            if bridge is not None:
+                return self._amget_fast(table, keys, by_slot, parts, bridge)
+            fast = self._mget_fast(table, keys, by_slot, parts)  # type: ignore[arg-type]
+            if fast is not None:
+                return fast
         targets: list[Any] = list(by_slot)
         if self._config.read_from_replicas:
             targets = [("replica", slot) for slot in by_slot]
@@ -1083,6 +1091,91 @@ class ClusterRouter:
             return values
 
         return self._drive_parts(plan, finish, bridge)
+
+    def _mget_fast(
+        self,
+        table: list[Any],
+        keys: list[Any],
+        by_slot: dict[int, list[int]],
+        parts: list[tuple[Any, ...]],
+    ) -> list[Any] | None:
+        """get_many on a settled cluster, blocking: one fan-out, no plan. None if anything
+        was off (a redirect, an error): the caller then takes the general path, which is safe
+        to repeat for reads."""
+        groups: dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
+        for slot, part in zip(by_slot, parts, strict=True):
+            node = table[slot]
+            group = groups.get(id(node))
+            if group is None:
+                group = groups[id(node)] = (node, [], [])
+            group[1].append(slot)
+            group[2].append(part)
+        outcomes = fanout([(node, commands) for node, _, commands in groups.values()])
+        values: list[Any] = [None] * len(keys)
+        for (node, slots, _), outcome in zip(groups.values(), outcomes, strict=True):
+            if isinstance(outcome, CacheTimeout):
+                self._failed(node)
+                raise outcome  # the time is spent: no second try
+            if not isinstance(outcome, list):
+                return None
+            for slot, reply in zip(slots, outcome, strict=True):
+                if not isinstance(reply, list):
+                    return None
+                for i, value in zip(by_slot[slot], reply, strict=True):
+                    values[i] = value
+        return values
+
+    async def _amget_fast(
+        self,
+        table: Any,
+        keys: list[Any],
+        by_slot: dict[int, list[int]],
+        parts: list[tuple[Any, ...]],
+        bridge: Any,
+    ) -> list[Any]:
+        """_mget_fast with awaits (every node's request sent before the first wait); anything
+        off and the general path runs the whole read again."""
+        groups: dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
+        for slot, part in zip(by_slot, parts, strict=True):
+            node = table[slot]
+            group = groups.get(id(node))
+            if group is None:
+                group = groups[id(node)] = (node, [], [])
+            group[1].append(slot)
+            group[2].append(part)
+        pending = [node.pipeline_results(cmds, bridge) for node, _, cmds in groups.values()]
+        _together(pending)
+        values: list[Any] = [None] * len(keys)
+        clean = True
+        timed_out: CacheTimeout | None = None
+        for (node, slots, _), waiting in zip(groups.values(), pending, strict=True):
+            try:
+                outcome = await waiting
+            except CacheTimeout as exc:
+                self._failed(node)
+                timed_out = timed_out or exc
+                continue
+            except CacheError:
+                clean = False
+                continue
+            for slot, reply in zip(slots, outcome, strict=True):
+                if not isinstance(reply, list):
+                    clean = False
+                    break
+                for i, value in zip(by_slot[slot], reply, strict=True):
+                    values[i] = value
+        if timed_out is not None:
+            raise timed_out  # the time is spent: no second try
+        if clean:
+            return values
+        plan = self._parts(parts, list(by_slot))
+        replies = await self._arun_parts(plan, bridge)
+        for positions, reply in zip(by_slot.values(), replies, strict=True):
+            if isinstance(reply, ResponseError):
+                raise reply
+            for i, value in zip(positions, reply, strict=True):
+                values[i] = value
+        return values
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
@@ -1206,7 +1299,7 @@ def _together(pending: list[Any]) -> None:
     """Tell awaitables sent at once by one caller about each other (they may then poll)."""
     if len(pending) > 1:
         for waiting in pending:
-            waiting.sent_with(len(pending))
+            waiting.sent_with(pending)
 
 
 async def _done(value: Any) -> Any:

@@ -405,6 +405,12 @@ def _topology(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any
         )
 
 
+def _setting(settings: Any, name: str, default: Any) -> Any:
+    """A project-wide setting, or its default when Django settings are not configured (a
+    cache built outside a project, e.g. in a script)."""
+    return getattr(settings, name, default) if settings.configured else default
+
+
 def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     """Validate LOCATION and OPTIONS and return the typed configuration."""
     servers = parse_location(location)
@@ -499,15 +505,15 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     from django.conf import settings
 
     defaults = {
-        "ignore_exceptions": getattr(settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False),
-        "log_ignored_exceptions": getattr(settings, "DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS", False),
+        "ignore_exceptions": _setting(settings, "DJANGO_REDIS_IGNORE_EXCEPTIONS", False),
+        "log_ignored_exceptions": _setting(settings, "DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS", False),
     }
     for key, default in defaults.items():
         value = opts.get(key, default)
         if not isinstance(value, bool):
             raise _fail(names.get(key, key.upper()), f"must be True or False, not {value!r}")
         kwargs[key] = value
-    logger_name = getattr(settings, "DJANGO_REDIS_LOGGER", None) or "redoxide"
+    logger_name = _setting(settings, "DJANGO_REDIS_LOGGER", None) or "redoxide"
     if not isinstance(logger_name, str):
         raise ConfigurationError(
             f"redoxide: DJANGO_REDIS_LOGGER must be a logger name, not {logger_name!r}"
