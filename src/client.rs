@@ -271,6 +271,30 @@ impl Client {
         Ok(Pending::new(slot, bridge, None, convert))
     }
 
+    /// Run several commands in one round trip; `convert` makes the Python reply.
+    fn run_pipeline(
+        &self,
+        py: Python<'_>,
+        commands: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+        convert: Convert,
+    ) -> PyResult<Py<PyAny>> {
+        let mut pipe = Pipeline::new();
+        for args in commands.try_iter()? {
+            pipe.add_command(command_from(&args?)?);
+        }
+        if pipe.is_empty() {
+            // Nothing to send: the answer is an empty list, now (awaitable when asked for).
+            let Some(bridge) = bridge else {
+                return Ok(pyo3::types::PyList::empty(py).into_any().unbind());
+            };
+            let slot = Slot::new();
+            slot.complete(Ok(Value::Array(Vec::new())), &bridge.get().queue);
+            return Ok(Py::new(py, Pending::new(slot, bridge, None, convert))?.into_any());
+        }
+        self.run(py, bridge, Request::Pipe(pipe), convert)
+    }
+
     fn run(
         &self,
         py: Python<'_>,
@@ -654,16 +678,7 @@ impl Client {
         commands: &Bound<'_, PyAny>,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
-        guard(|| {
-            let mut pipe = Pipeline::new();
-            for args in commands.try_iter()? {
-                pipe.add_command(command_from(&args?)?);
-            }
-            if pipe.is_empty() {
-                return Ok(pyo3::types::PyList::empty(py).into_any().unbind());
-            }
-            self.run(py, bridge, Request::Pipe(pipe), reply::to_py)
-        })
+        guard(|| self.run_pipeline(py, commands, bridge, reply::to_py))
     }
 
     /// Like `pipeline`, but an error reply comes back in the list as a `ResponseError`
@@ -675,16 +690,7 @@ impl Client {
         commands: &Bound<'_, PyAny>,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
-        guard(|| {
-            let mut pipe = Pipeline::new();
-            for args in commands.try_iter()? {
-                pipe.add_command(command_from(&args?)?);
-            }
-            if pipe.is_empty() {
-                return Ok(pyo3::types::PyList::empty(py).into_any().unbind());
-            }
-            self.run(py, bridge, Request::Pipe(pipe), reply::to_py_results)
-        })
+        guard(|| self.run_pipeline(py, commands, bridge, reply::to_py_results))
     }
 }
 

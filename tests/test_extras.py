@@ -55,6 +55,10 @@ def test_raw_client_runs_any_command_on_the_same_connections(cache: Any) -> None
         return await cache.client.apipeline(("HGET", key, "g"), ("HLEN", key))
 
     assert asyncio.run(run()) == [b"w", 3]
+    # An empty pipeline sends nothing and answers an empty list, sync and async (regression:
+    # the async one returned a list where an awaitable was due).
+    assert cache.client.pipeline() == []
+    assert asyncio.run(cache.client.apipeline()) == []
 
 
 def test_django_redis_ignore_exceptions_settings_are_the_defaults(

@@ -1102,14 +1102,7 @@ class ClusterRouter:
         """get_many on a settled cluster, blocking: one fan-out, no plan. None if anything
         was off (a redirect, an error): the caller then takes the general path, which is safe
         to repeat for reads."""
-        groups: dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
-        for slot, part in zip(by_slot, parts, strict=True):
-            node = table[slot]
-            group = groups.get(id(node))
-            if group is None:
-                group = groups[id(node)] = (node, [], [])
-            group[1].append(slot)
-            group[2].append(part)
+        groups = _by_node(table, by_slot, parts)
         outcomes = fanout([(node, commands) for node, _, commands in groups.values()])
         values: list[Any] = [None] * len(keys)
         for (node, slots, _), outcome in zip(groups.values(), outcomes, strict=True):
@@ -1135,14 +1128,7 @@ class ClusterRouter:
     ) -> list[Any]:
         """_mget_fast with awaits (every node's request sent before the first wait); anything
         off and the general path runs the whole read again."""
-        groups: dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
-        for slot, part in zip(by_slot, parts, strict=True):
-            node = table[slot]
-            group = groups.get(id(node))
-            if group is None:
-                group = groups[id(node)] = (node, [], [])
-            group[1].append(slot)
-            group[2].append(part)
+        groups = _by_node(table, by_slot, parts)
         pending = [node.pipeline_results(cmds, bridge) for node, _, cmds in groups.values()]
         _together(pending)
         values: list[Any] = [None] * len(keys)
@@ -1254,6 +1240,21 @@ class ClusterRouter:
         await self._ascan_nodes(bridge)  # the primaries, learnt without blocking the loop
         plan, rejoin = self._pipeline_plan(commands)
         return rejoin(await self._arun_parts(plan, bridge))
+
+
+def _by_node(
+    table: list[Any], by_slot: dict[int, list[int]], parts: list[tuple[Any, ...]]
+) -> dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]]:
+    """Group one part per slot by the node serving the slot: {id(node): (node, slots, parts)}."""
+    groups: dict[int, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
+    for slot, part in zip(by_slot, parts, strict=True):
+        node = table[slot]
+        group = groups.get(id(node))
+        if group is None:
+            group = groups[id(node)] = (node, [], [])
+        group[1].append(slot)
+        group[2].append(part)
+    return groups
 
 
 def _only(replies: list[Any]) -> Any:
