@@ -43,9 +43,10 @@ fanout = _redoxide.fanout
 # A router's own little plans (topology discovery), driven like cache.py's.
 Step = tuple[Callable[..., Any], tuple[Any, ...]]
 Plan = Generator[Step, Any, Any]
-# A cluster call cut into parts: steps are ("send", [(node, commands)]), ("ensure",),
-# ("relearn",) and ("pause",).
-PartsPlan = Generator[tuple[Any, ...], Any, list[Any]]
+# A cluster call's plan: steps are ("send", [(node, commands)]) (a reply list or exception
+# per node), ("call", node, method, args) (its reply or exception), ("ensure",), ("relearn",)
+# and ("pause",); one blocking and one async driver run them all.
+PartsPlan = Generator[tuple[Any, ...], Any, Any]
 
 #: How long a replica that refused a connection is left out of the read rotation.
 REPLICA_DOWN_SECONDS = 5.0
@@ -775,35 +776,13 @@ class ClusterRouter:
         return "final", None
 
     def _call(self, slot: int | None, name: str, args: tuple[Any, ...]) -> Any:
-        """Run one single-slot call, following redirects (blocking)."""
+        """Run one single-slot call (blocking); a failure goes to `_recovery`."""
         table = self._table_now() if self._table is None or self._suspect else self._table
         node = table[slot] if slot is not None else self._primaries[0]
-        for attempt in range(MAX_REDIRECTS + 1):
-            try:
-                return getattr(node, name)(*args)
-            except CacheTimeout:
-                self._failed(node)
-                raise
-            except ResponseError as exc:
-                kind, target = self._redirect(exc, node)
-                if kind == "final" or attempt == MAX_REDIRECTS:
-                    raise
-            except ConnectionInterrupted:
-                # The node is gone: learn the table again; retry if the slot has a new home.
-                self._failed(node)
-                self._relearn()
-                target = self._known_table()[slot] if slot is not None else self._primaries[0]
-                if target is node or attempt == MAX_REDIRECTS:
-                    raise
-                kind = "moved"
-            if kind == "ask":
-                return _asking(target.pipeline((("ASKING",), _as_command(name, args))))
-            if kind == "again":
-                time.sleep(RETRY_PAUSE)
-                self._relearn()
-                target = self._known_table()[slot] if slot is not None else self._primaries[0]
-            node = target
-        raise AssertionError("unreachable")
+        try:
+            return getattr(node, name)(*args)
+        except CacheError as exc:
+            return self._run_parts(self._recovery(exc, slot, node, name, args))
 
     async def _acall(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         if self._table is None or self._suspect:
@@ -811,31 +790,50 @@ class ClusterRouter:
         else:
             table = self._table
         node = table[slot] if slot is not None else self._primaries[0]
-        for attempt in range(MAX_REDIRECTS + 1):
-            try:
-                return await getattr(node, name)(*args, bridge)
-            except CacheTimeout:
+        try:
+            return await getattr(node, name)(*args, bridge)
+        except CacheError as exc:
+            return await self._arun_parts(self._recovery(exc, slot, node, name, args), bridge)
+
+    def _recovery(
+        self, exc: CacheError, slot: int | None, node: Any, name: str, args: tuple[Any, ...]
+    ) -> PartsPlan:
+        """After a single-slot call failed on `node`: follow MOVED / ASK, retry TRYAGAIN and
+        the like after a pause, retry a lost connection only if the slot found a new home;
+        raise a timeout or any other error. Shared by the blocking and the async call."""
+        for attempt in range(1, MAX_REDIRECTS + 2):
+            if isinstance(exc, CacheTimeout):
                 self._failed(node)
-                raise
-            except ResponseError as exc:
+                raise exc
+            if isinstance(exc, ResponseError):
                 kind, target = self._redirect(exc, node)
-                if kind == "final" or attempt == MAX_REDIRECTS:
-                    raise
-            except ConnectionInterrupted:
+                if kind == "final" or attempt > MAX_REDIRECTS:
+                    raise exc
+            elif isinstance(exc, ConnectionInterrupted):
+                # The node is gone: learn the table again; retry if the slot has a new home.
                 self._failed(node)
-                await self._arelearn(bridge)
-                target = self._known_table()[slot] if slot is not None else self._primaries[0]
-                if target is node or attempt == MAX_REDIRECTS:
-                    raise
+                yield ("relearn",)
+                target = self._node_for(slot)
+                if target is node or attempt > MAX_REDIRECTS:
+                    raise exc
                 kind = "moved"
+            else:
+                raise exc
             if kind == "ask":
                 asking = (("ASKING",), _as_command(name, args))
-                return _asking(await target.pipeline(asking, bridge))
+                replies = yield ("call", target, "pipeline", (asking,))
+                if isinstance(replies, CacheError):
+                    raise replies
+                return _asking(replies)
             if kind == "again":
-                await asyncio.sleep(RETRY_PAUSE)
-                await self._arelearn(bridge)
-                target = self._known_table()[slot] if slot is not None else self._primaries[0]
+                yield ("pause",)
+                yield ("relearn",)
+                target = self._node_for(slot)
             node = target
+            outcome = yield ("call", node, name, args)
+            if not isinstance(outcome, CacheError):
+                return outcome
+            exc = outcome
         raise AssertionError("unreachable")
 
     def _route(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
@@ -975,7 +973,7 @@ class ClusterRouter:
         return replies
 
     def _run_parts(self, plan: PartsPlan) -> Any:
-        """Drive a _parts plan with blocking calls (fan-out over the nodes)."""
+        """Drive a cluster plan (_parts, _recovery) with blocking calls."""
         try:
             step: Any = next(plan)
             while True:
@@ -990,6 +988,11 @@ class ClusterRouter:
                             result = [exc]
                     else:
                         result = fanout(calls)
+                elif kind == "call":
+                    try:
+                        result = getattr(step[1], step[2])(*step[3])
+                    except CacheError as exc:
+                        result = exc
                 elif kind == "ensure":
                     result = self._table_now()
                 elif kind == "relearn":
@@ -1003,7 +1006,7 @@ class ClusterRouter:
             return stop.value
 
     async def _arun_parts(self, plan: PartsPlan, bridge: Any) -> Any:
-        """Drive a _parts plan with awaits: every node's request is sent before any wait."""
+        """Drive a cluster plan with awaits: every node's request is sent before any wait."""
         try:
             step: Any = next(plan)
             while True:
@@ -1017,6 +1020,11 @@ class ClusterRouter:
                             result.append(await waiting)
                         except CacheError as exc:
                             result.append(exc)
+                elif kind == "call":
+                    try:
+                        result = await getattr(step[1], step[2])(*step[3], bridge)
+                    except CacheError as exc:
+                        result = exc
                 elif kind == "ensure":
                     result = await self._atable_now(bridge)
                 elif kind == "relearn":
