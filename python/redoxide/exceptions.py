@@ -1,19 +1,41 @@
-"""The exceptions redoxide raises. The Rust core raises these same classes."""
+"""The exceptions redoxide raises. The Rust core raises these same classes.
+
+A server's error reply is a ``ResponseError`` whose ``code`` is the reply's first word
+(``WRONGTYPE``, ``OOM``, ``MOVED``...); the codes that callers and routers act on have a
+subclass of their own, so code decides by class, never by reading the message.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
+    "AskError",
+    "BusyError",
     "CacheError",
     "CacheTimeout",
+    "ClusterDownError",
     "ConfigurationError",
     "ConnectionInterrupted",
+    "CrossSlotError",
     "InternalError",
+    "LoadingError",
     "LockError",
     "LockNotOwnedError",
+    "MasterDownError",
+    "MovedError",
+    "NoPermError",
+    "NoScriptError",
+    "OutOfMemoryError",
+    "ReadOnlyError",
+    "RedirectError",
     "ResponseError",
     "SerializationError",
+    "TryAgainError",
+    "WrongTypeError",
+    "response_error",
 ]
 
 
@@ -30,7 +52,148 @@ class CacheTimeout(CacheError, TimeoutError):
 
 
 class ResponseError(CacheError):
-    """The server answered with an error reply (e.g. WRONGTYPE, OOM)."""
+    """The server answered with an error reply (e.g. WRONGTYPE, OOM).
+
+    ``code`` is the reply's first word (``"ERR"`` when the reply has none of its own).
+    """
+
+    #: The code replies of this class carry (subclasses name theirs).
+    CODE = "ERR"
+
+    def __init__(self, message: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code or self.CODE
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.code))
+
+
+class ReadOnlyError(ResponseError):
+    """A write reached a replica (READONLY), e.g. a primary demoted by a failover."""
+
+    CODE = "READONLY"
+
+
+class RedirectError(ResponseError):
+    """A cluster node serves another node's slot: MOVED or ASK to ``address``."""
+
+    def __init__(
+        self,
+        message: str = "",
+        code: str | None = None,
+        slot: int = -1,
+        address: str = "",
+    ) -> None:
+        super().__init__(message, code)
+        #: The hash slot the command's key is in.
+        self.slot = slot
+        #: Where to send it: ``host:port``, or ``:port`` when the node does not know the host.
+        self.address = address
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.code, self.slot, self.address))
+
+
+class MovedError(RedirectError):
+    """The slot has moved to another node for good (MOVED)."""
+
+    CODE = "MOVED"
+
+
+class AskError(RedirectError):
+    """The slot is being migrated; ask the target node once, after ASKING (ASK)."""
+
+    CODE = "ASK"
+
+
+class TryAgainError(ResponseError):
+    """A multi-key command met a slot mid-migration (TRYAGAIN)."""
+
+    CODE = "TRYAGAIN"
+
+
+class ClusterDownError(ResponseError):
+    """The cluster cannot serve the slot now (CLUSTERDOWN)."""
+
+    CODE = "CLUSTERDOWN"
+
+
+class CrossSlotError(ResponseError):
+    """The keys of one command are in different hash slots (CROSSSLOT)."""
+
+    CODE = "CROSSSLOT"
+
+
+class NoPermError(ResponseError):
+    """The ACL user may not run this command or touch this key (NOPERM)."""
+
+    CODE = "NOPERM"
+
+
+class NoScriptError(ResponseError):
+    """EVALSHA named a script the server does not have (NOSCRIPT)."""
+
+    CODE = "NOSCRIPT"
+
+
+class WrongTypeError(ResponseError):
+    """The key holds another kind of value (WRONGTYPE)."""
+
+    CODE = "WRONGTYPE"
+
+
+class OutOfMemoryError(ResponseError):
+    """The server is at maxmemory and refuses writes (OOM)."""
+
+    CODE = "OOM"
+
+
+class BusyError(ResponseError):
+    """The server is busy running a script (BUSY)."""
+
+    CODE = "BUSY"
+
+
+class LoadingError(ResponseError):
+    """The server is loading its dataset (LOADING)."""
+
+    CODE = "LOADING"
+
+
+class MasterDownError(ResponseError):
+    """A replica has lost its primary and refuses reads (MASTERDOWN)."""
+
+    CODE = "MASTERDOWN"
+
+
+_BY_CODE: dict[str, type[ResponseError]] = {
+    cls.CODE: cls
+    for cls in (
+        ReadOnlyError,
+        MovedError,
+        AskError,
+        TryAgainError,
+        ClusterDownError,
+        CrossSlotError,
+        NoPermError,
+        NoScriptError,
+        WrongTypeError,
+        OutOfMemoryError,
+        BusyError,
+        LoadingError,
+        MasterDownError,
+    )
+}
+
+
+def response_error(
+    code: str, message: str, slot: int | None = None, address: str | None = None
+) -> ResponseError:
+    """Return the exception for an error reply with this code (the Rust core's one factory)."""
+    cls = _BY_CODE.get(code, ResponseError)
+    if issubclass(cls, RedirectError):
+        return cls(message, code, -1 if slot is None else slot, address or "")
+    return cls(message, code)
 
 
 class SerializationError(CacheError, ValueError):
