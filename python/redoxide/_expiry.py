@@ -11,8 +11,8 @@ import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from redoxide import _redoxide
-    from redoxide.cache import Plan
+    from redoxide._protocols import ClientLike
+    from redoxide.plans import Plan
 
 T = TypeVar("T")
 
@@ -23,7 +23,7 @@ class ExpiryMixin:
     """Read and change the expiry of cache keys, sync and async (a mixin for RedisCache)."""
 
     if TYPE_CHECKING:  # what RedisCache provides
-        _client: _redoxide.Client
+        _client: ClientLike
 
         def _key(self, key: Any, version: int | None) -> str: ...
         def _touch(self, key: Any, timeout: Any, version: int | None) -> Plan[bool]: ...

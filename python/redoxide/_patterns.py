@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.cache.backends.base import default_key_func
 
 if TYPE_CHECKING:
-    from redoxide.cache import Plan
+    from redoxide.plans import Plan
 
 __all__ = ["DEFAULT_ITERSIZE", "PatternsMixin"]
 

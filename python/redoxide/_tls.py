@@ -37,7 +37,7 @@ TLS_OPTIONS = {
     "SSL_CHECK_HOSTNAME": "ssl_check_hostname",
 }
 _TLS_SCHEMES = frozenset({"rediss", "valkeys"})
-_CERT_REQS = {
+_CERT_REQS: dict[Any, bool] = {
     "required": True,
     "optional": True,  # a client always checks a certificate the server sends
     "none": False,
@@ -88,8 +88,14 @@ def tls_settings(
         return ()
     if any(urlsplit(s).scheme not in _TLS_SCHEMES for s in servers):
         raise _fail(shown[next(iter(given))], "needs a rediss:// or valkeys:// LOCATION (TLS)")
-    names = shown
     kwargs: dict[str, Any] = {}
+    _certificates(given, shown, kwargs)
+    _verification(given, shown, kwargs)
+    return tuple(sorted(kwargs.items()))
+
+
+def _certificates(given: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """The CA certificates to trust, and the client certificate and key."""
     if "ssl_ca_certs" in given and "ssl_ca_data" in given:
         raise _fail(names["ssl_ca_data"], "cannot be combined with SSL_CA_CERTS")
     if given.get("ssl_ca_certs") is not None:
@@ -109,6 +115,10 @@ def tls_settings(
     if certfile is not None:
         kwargs["tls_certfile"] = _pem_file(names["ssl_certfile"], certfile)
         kwargs["tls_keyfile"] = _pem_file(names["ssl_keyfile"], keyfile)
+
+
+def _verification(given: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """Whether the server's certificate is verified, and must name the host."""
     if "ssl_cert_reqs" in given:
         reqs = given["ssl_cert_reqs"]
         key = reqs.lower() if isinstance(reqs, str) else reqs
@@ -129,4 +139,3 @@ def tls_settings(
             raise _fail(names["ssl_check_hostname"], f"must be True or False, not {check!r}")
         if not check:
             kwargs["tls_check_hostname"] = False
-    return tuple(sorted(kwargs.items()))

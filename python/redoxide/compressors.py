@@ -18,6 +18,7 @@ from redoxide.exceptions import SerializationError
 
 __all__ = [
     "MAX_DECOMPRESSED_SIZE",
+    "MAX_VALUE_SIZE",
     "BaseCompressor",
     "GzipCompressor",
     "IdentityCompressor",
@@ -29,10 +30,12 @@ __all__ = [
     "decompress_any",
 ]
 
-#: Decompressed values larger than this are refused: Redis' own limit on a value (512 MiB),
-#: so nothing legitimately stored can exceed it, while a forged header cannot make us
-#: allocate more.
-MAX_DECOMPRESSED_SIZE = 512 * 1024 * 1024
+#: The largest value Redis takes (proto-max-bulk-len, 512 MiB by default). A larger one is
+#: refused before it is sent: the server would read it all, then drop the connection.
+MAX_VALUE_SIZE = 512 * 1024 * 1024
+#: Decompressed values larger than this are refused: nothing legitimately stored can exceed
+#: Redis' own limit, while a forged header cannot make us allocate more.
+MAX_DECOMPRESSED_SIZE = MAX_VALUE_SIZE
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -21,29 +21,15 @@ from collections.abc import Iterator
 from types import SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from redoxide import cache as _cache_module
+from redoxide._bridges import bridge as _bridge
+from redoxide._scripts import EXTEND as _EXTEND_SCRIPT
+from redoxide._scripts import RELEASE as _RELEASE_SCRIPT
 from redoxide.exceptions import LockError, LockNotOwnedError
 
 if TYPE_CHECKING:
-    from redoxide import _redoxide
+    from redoxide._protocols import ClientLike
 
 __all__ = ["AsyncLock", "Lock", "LockError", "LockMixin", "LockNotOwnedError"]
-
-
-# Delete the lock only if it still holds our token.
-_RELEASE_SCRIPT = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-)
-# Set (ARGV[3] == '1') or add to (otherwise) the lock's TTL, only if it still holds our token.
-_EXTEND_SCRIPT = (
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
-    "local ttl = tonumber(ARGV[2]) "
-    "if ARGV[3] ~= '1' then "
-    "local left = redis.call('PTTL', KEYS[1]) "
-    "if left < 0 then return 1 end "  # no expiry: nothing to add to
-    "ttl = ttl + left end "
-    "redis.call('PEXPIRE', KEYS[1], ttl) return 1"
-)
 
 
 def _seconds_to_ms(seconds: float, what: str) -> int:
@@ -59,7 +45,7 @@ class _LockState:
 
     def __init__(
         self,
-        client: _redoxide.Client,
+        client: ClientLike,
         name: str,
         timeout: float | None,
         sleep: float,
@@ -263,16 +249,11 @@ class AsyncLock(_LockState):
         await self.release()
 
 
-def _bridge() -> _redoxide.Bridge:
-    # Looked up at call time: redoxide.cache imports this module while it is being built.
-    return _cache_module._bridge()
-
-
 class LockMixin:
     """cache.lock() and cache.alock(), for RedisCache."""
 
     if TYPE_CHECKING:  # provided by RedisCache
-        _client: _redoxide.Client
+        _client: ClientLike
 
         def _key(self, key: Any, version: int | None) -> str: ...
 

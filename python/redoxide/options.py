@@ -9,19 +9,14 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.utils.module_loading import import_string
 
 from redoxide._tls import TLS_OPTIONS, tls_settings
 from redoxide.compressors import BaseCompressor, IdentityCompressor
-from redoxide.exceptions import (
-    CacheTimeout,
-    ConfigurationError,
-    ConnectionInterrupted,
-    ResponseError,
-    SerializationError,
-)
+from redoxide.exceptions import ConfigurationError, ResponseError
+from redoxide.plans import FAIL_OPEN_ERRORS
 from redoxide.serializers import PickleSerializer, Serializer
 from redoxide.signing import signed_serializer
 
@@ -87,11 +82,7 @@ class Config:
     ignore_exceptions: bool = False
     log_ignored_exceptions: bool = False
     #: What fail-open turns into a miss (never server error replies).
-    ignore_exception_classes: tuple[type[BaseException], ...] = (
-        ConnectionInterrupted,
-        CacheTimeout,
-        SerializationError,
-    )
+    ignore_exception_classes: tuple[type[BaseException], ...] = FAIL_OPEN_ERRORS
     logger_name: str = "redoxide"
     #: clear() deletes only this cache's keys (SCAN + UNLINK) instead of FLUSHDB.
     clear_prefix_only: bool = False
@@ -411,9 +402,8 @@ def _setting(settings: Any, name: str, default: Any) -> Any:
     return getattr(settings, name, default) if settings.configured else default
 
 
-def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
-    """Validate LOCATION and OPTIONS and return the typed configuration."""
-    servers = parse_location(location)
+def _names(options: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Map every option onto its canonical name: (values, the spelling the user wrote)."""
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -433,8 +423,12 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         seen[canonical] = (name, value)
     opts = {canonical: value for canonical, (_, value) in seen.items()}
     names = {canonical: name for canonical, (name, _) in seen.items()}
+    return opts, names
 
-    kwargs: dict[str, Any] = {"servers": servers}
+
+def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """Timeouts, credentials and the database."""
+    servers: tuple[str, ...] = kwargs["servers"]
     query_db = _query_db(servers[0])
     if query_db is not None:
         kwargs["db"] = query_db
@@ -447,6 +441,12 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     for key in ("username", "password"):
         if key in opts:
             kwargs[key] = _optional_str(names[key], opts[key])
+    # Credentials in the first URL count where OPTIONS gives none (the data nodes' too).
+    url = urlsplit(servers[0])
+    if kwargs.get("username") is None and url.username:
+        kwargs["username"] = unquote(url.username)
+    if kwargs.get("password") is None and url.password is not None:
+        kwargs["password"] = unquote(url.password)
     if "db" in opts:
         db = opts["db"]
         if isinstance(db, str) and db.isdigit():
@@ -454,6 +454,10 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         if isinstance(db, bool) or not isinstance(db, int) or db < 0:
             raise _fail(names["db"], f"must be a non-negative integer, not {db!r}")
         kwargs["db"] = db
+
+
+def _value_codec(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """Pickle protocol, serializer, compressor, signing."""
     protocol = opts.get("pickle_protocol")
     if protocol is not None and (
         isinstance(protocol, bool)
@@ -501,6 +505,10 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         )
         if signed is not None:
             kwargs["serializer"] = signed
+
+
+def _behaviour(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """Fail-open, logging, stampede protection, clear()."""
     # django-redis' project-wide settings are the defaults; OPTIONS win.
     from django.conf import settings
 
@@ -538,6 +546,16 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
         kwargs["ignore_exception_classes"] = _exception_classes(
             names["ignore_exception_classes"], opts["ignore_exception_classes"]
         )
+
+
+def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
+    """Validate LOCATION and OPTIONS and return the typed configuration."""
+    servers = parse_location(location)
+    opts, names = _names(options)
+    kwargs: dict[str, Any] = {"servers": servers}
+    _connection(opts, names, kwargs)
+    _value_codec(opts, names, kwargs)
+    _behaviour(opts, names, kwargs)
     _topology(opts, names, kwargs)
     kwargs["tls"] = tls_settings(opts, names, servers)
     if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:

@@ -1,0 +1,45 @@
+"""The Lua scripts redoxide runs on the server, in one place.
+
+Each one makes a check and a change atomic where no single command does both.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACQUIRE", "EXTEND", "INCR", "NOT_AN_INTEGER", "RELEASE", "RENAME"]
+
+#: The error code INCR answers with when the stored value is not a 64-bit integer.
+NOT_AN_INTEGER = "NOTINT"
+
+#: INCRBY only an existing key, so incr() of a missing key is an error, not 1. A value that is
+#: not a 64-bit integer answers with the NOTINT code, for the caller's read-add-write fallback.
+INCR = (
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return false end "
+    "local n = redis.pcall('INCRBY', KEYS[1], ARGV[1]) "
+    "if type(n) == 'table' and n.err then "
+    f"return redis.error_reply('{NOT_AN_INTEGER} ' .. n.err) end return n"
+)
+#: Take a recompute lock only while the value is missing (-2) or has less than ARGV[3] ms left.
+ACQUIRE = (
+    "local left = redis.call('PTTL', KEYS[1]) "
+    "if left == -2 or (left >= 0 and left < tonumber(ARGV[3])) then "
+    "return redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) end return false"
+)
+#: Delete a lock only if it still holds our token (it may have expired and been retaken).
+RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+#: Set (ARGV[3] == '1') or add to (otherwise) a lock's TTL, only if it still holds our token.
+EXTEND = (
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local ttl = tonumber(ARGV[2]) "
+    "if ARGV[3] ~= '1' then "
+    "local left = redis.call('PTTL', KEYS[1]) "
+    "if left < 0 then return 1 end "  # no expiry: nothing to add to
+    "ttl = ttl + left end "
+    "redis.call('PEXPIRE', KEYS[1], ttl) return 1"
+)
+#: Move a value to a new version in one step, keeping its TTL.
+RENAME = (
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
+    "redis.call('RENAME', KEYS[1], KEYS[2]) return 1"
+)

@@ -1,0 +1,180 @@
+"""Keys, timeouts and values as Django and django-redis store them (a mixin for RedisCache).
+
+Keys are ``KEY_PREFIX:VERSION:key`` (or the user's KEY_FUNCTION); timeouts follow Django's
+rules, kept to the millisecond; ints (not bools) are stored as raw digits, everything else
+serialized, then compressed above a threshold. A read recognises compressed data by its magic
+bytes, whatever COMPRESSOR is now.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import pickle
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from django.core.cache.backends.base import (
+    DEFAULT_TIMEOUT,
+    MEMCACHE_MAX_KEY_LENGTH,
+    default_key_func,
+)
+
+from redoxide.compressors import MAX_VALUE_SIZE, decompress_any
+from redoxide.exceptions import SerializationError
+
+if TYPE_CHECKING:
+    from redoxide.compressors import BaseCompressor
+    from redoxide.serializers import Serializer
+
+__all__ = ["ValuesMixin"]
+
+# Keys Django warns about (memcached-unsafe): control characters, space, DEL.
+_UNSAFE_KEY = re.compile(r"[\x00-\x20\x7f]")
+# The longest expiry, in ms, that Redis can add to its clock without overflowing.
+_MAX_TTL_MS = 2**62
+
+
+def _too_large(key: Any, size: int) -> ValueError:
+    return ValueError(
+        f"the value for key {key!r} is {size:,} bytes once encoded, over the {MAX_VALUE_SIZE:,} "
+        "bytes Redis accepts in one value (proto-max-bulk-len); nothing was written"
+    )
+
+
+class ValuesMixin:
+    """Key making, timeouts, encoding and decoding."""
+
+    if TYPE_CHECKING:  # what RedisCache and Django's BaseCache provide
+        key_prefix: str
+        version: int
+        default_timeout: float | None
+        key_func: Callable[..., str]
+        _serializer: Serializer
+        _compressor: BaseCompressor
+        _fast_pickle: bool
+        _protocol: int
+        _compress: bool
+
+        def validate_key(self, key: str) -> None: ...
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def _key(self, key: Any, version: int | None) -> str:
+        if version is None:
+            version = self.version
+        if self.key_func is default_key_func:
+            made = f"{self.key_prefix}:{version}:{key}"
+        else:
+            made = self.key_func(key, self.key_prefix, version)
+        if len(made) > MEMCACHE_MAX_KEY_LENGTH or _UNSAFE_KEY.search(made):
+            self.validate_key(made)
+        return made
+
+    def _keys(self, keys: Iterable[Any], version: int | None) -> list[str]:
+        """Make many keys at once (the per-key work of get_many and friends)."""
+        if version is None:
+            version = self.version
+        if self.key_func is default_key_func:
+            base = f"{self.key_prefix}:{version}:"
+            made = [base + k if type(k) is str else f"{base}{k}" for k in keys]
+        else:
+            made = [self.key_func(k, self.key_prefix, version) for k in keys]
+        for m in made:
+            if len(m) > MEMCACHE_MAX_KEY_LENGTH or _UNSAFE_KEY.search(m):
+                self.validate_key(m)
+        return made
+
+    def make_and_validate_key(self, key: Any, version: int | None = None) -> str:
+        return self._key(key, version)
+
+    # -- timeouts --------------------------------------------------------------------------
+
+    def _ttl_ms(self, timeout: Any) -> int | None:
+        """Return the expiry in ms: None never expires, 0 means expire now."""
+        if timeout is DEFAULT_TIMEOUT:
+            timeout = self.default_timeout
+        if timeout is None:
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+        if not math.isfinite(timeout):
+            raise ValueError(f"timeout must be finite, not {timeout!r}")
+        if timeout <= 0:
+            return 0
+        ms = max(1, round(timeout * 1000))
+        if ms > _MAX_TTL_MS:
+            raise ValueError(
+                f"timeout must be at most {_MAX_TTL_MS // 1000} seconds (or None for no expiry), "
+                f"not {timeout!r}"
+            )
+        return ms
+
+    def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> float | None:
+        """Return the timeout in seconds as the server will apply it (ms resolution)."""
+        ms = self._ttl_ms(timeout)
+        return None if ms is None else ms / 1000
+
+    # -- values ----------------------------------------------------------------------------
+
+    def _encode(self, value: Any, key: Any = None) -> bytes:
+        # Ints (not bools) are stored as raw digits, as Django's builtin and django-redis do,
+        # so INCR/DECR can work on them atomically on the server.
+        if type(value) is int:
+            return b"%d" % value
+        if self._fast_pickle:
+            data = pickle.dumps(value, self._protocol)
+        else:
+            data = self._serializer.dumps(value)
+            if isinstance(data, str):
+                data = data.encode()
+        if self._compress and len(data) >= self._compressor.min_length:
+            data = self._compressor.compress(data)
+        if len(data) > MAX_VALUE_SIZE:
+            raise _too_large(key, len(data))
+        return data
+
+    def _decode(self, data: bytes, key: Any) -> Any:
+        try:
+            if data[:1] != b"\x80":
+                # Not a pickle (protocol >= 2): a raw int, compressed data, or another format.
+                # (A failing int() is slow: it formats an error message from the data.)
+                if data.isdigit() or (data[:1] == b"-" and data[1:].isdigit()):
+                    return int(data)
+                # Compressed by any known compressor (recognised by its magic bytes), whatever
+                # COMPRESSOR is now: values written before a change, or by django-redis.
+                data = decompress_any(data)
+            if self._fast_pickle:
+                return pickle.loads(data)
+            return self._serializer.loads(data)
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot decode the value stored for key {key!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _encode_many(self, values: Iterable[Any], keys: Iterable[Any] = ()) -> list[bytes]:
+        """Encode values; `keys`, in the same order, name a value that is too large."""
+        named = itertools.chain(keys, itertools.repeat(None))
+        if self._fast_pickle and not self._compress:
+            dumps, protocol = pickle.dumps, self._protocol
+            encoded = [b"%d" % v if type(v) is int else dumps(v, protocol) for v in values]
+            if encoded and max(map(len, encoded)) > MAX_VALUE_SIZE:
+                for data, key in zip(encoded, named, strict=False):
+                    if len(data) > MAX_VALUE_SIZE:
+                        raise _too_large(key, len(data))
+            return encoded
+        return [self._encode(v, k) for v, k in zip(values, named, strict=False)]
+
+    def _decode_many(self, keys: list[Any], values: list[bytes | None]) -> dict[Any, Any]:
+        if self._fast_pickle:
+            loads = pickle.loads
+            try:
+                return {
+                    k: loads(v) if v[:1] == b"\x80" else self._decode(v, k)
+                    for k, v in zip(keys, values, strict=True)
+                    if v is not None
+                }
+            except Exception:  # redone below, to name the key that failed
+                pass
+        return {k: self._decode(v, k) for k, v in zip(keys, values, strict=True) if v is not None}

@@ -1,0 +1,137 @@
+"""Plans: an operation written once, run by a blocking driver and by an async driver.
+
+A plan is a generator. Each step it yields is ``(call, args)``: a callable that follows the
+client convention (``call(*args)`` returns the reply; ``call(*args, bridge)`` returns an
+awaitable of it), usually a method of a client or router, and its positional arguments. The
+driver sends the reply back into the plan, or throws the ``CacheError`` the call raised into
+it (a plan catches what it can recover from), and returns what the plan returns. So a sync
+method and its async twin share every line of logic, and only the two drivers below differ.
+
+Steps other than commands follow the same convention: ``pause`` (time.sleep or asyncio.sleep),
+a router's re-learning of its topology, a cluster's send-to-every-node.
+
+Fail-open lives here too: ``FailOpen`` turns the errors IGNORE_EXCEPTIONS covers into the
+caller's fallback, logging them if asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, SerializationError
+
+__all__ = [
+    "FAIL_OPEN_ERRORS",
+    "Computed",
+    "FailOpen",
+    "Plan",
+    "Step",
+    "arun",
+    "pause",
+    "run",
+]
+
+T = TypeVar("T")
+# A step: a callable following the client convention, and its positional arguments.
+Step = tuple[Callable[..., Any], tuple[Any, ...]]
+Plan = Generator[Step, Any, T]
+
+#: What IGNORE_EXCEPTIONS turns into a miss by default: the server being away or slow, and a
+#: stored value that cannot be decoded. Server error replies (WRONGTYPE, OOM, ...) always raise.
+FAIL_OPEN_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionInterrupted,
+    CacheTimeout,
+    SerializationError,
+)
+
+
+def run(plan: Plan[T]) -> T:
+    """Drive a plan with blocking calls; return its result."""
+    try:
+        call, args = next(plan)
+        while True:
+            try:
+                reply = call(*args)
+            except CacheError as exc:
+                call, args = plan.throw(exc)
+            else:
+                call, args = plan.send(reply)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun(plan: Plan[T], bridge: Any) -> T:
+    """Drive a plan with awaits on an event loop's bridge; return its result."""
+    try:
+        call, args = next(plan)
+        while True:
+            try:
+                reply = await call(*args, bridge)
+            except CacheError as exc:
+                call, args = plan.throw(exc)
+            else:
+                call, args = plan.send(reply)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def pause(seconds: float, bridge: Any = None) -> Any:
+    """A step that waits: time.sleep in sync code, asyncio.sleep in async code."""
+    if bridge is None:
+        time.sleep(seconds)
+        return None
+    return asyncio.sleep(seconds)
+
+
+async def done(value: T) -> T:
+    """An awaitable of a value known already (the async side of a step with nothing to do)."""
+    return value
+
+
+async def then(waiting: Awaitable[Any], finish: Callable[[Any], T]) -> T:
+    """An awaitable of ``finish(await waiting)``."""
+    return finish(await waiting)
+
+
+class Computed:
+    """A fallback that is only worked out when needed (get_or_set's default)."""
+
+    __slots__ = ("default",)
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+
+    def __call__(self) -> Any:
+        return self.default() if callable(self.default) else self.default
+
+
+class FailOpen:
+    """IGNORE_EXCEPTIONS: which errors become the caller's fallback, and whether to log them."""
+
+    __slots__ = ("enabled", "errors", "log", "logger")
+
+    def __init__(
+        self,
+        enabled: bool,
+        errors: tuple[type[BaseException], ...] = FAIL_OPEN_ERRORS,
+        log: bool = False,
+        logger_name: str = "redoxide",
+    ) -> None:
+        self.enabled = enabled
+        #: Caught around every call (fail-open or not), so the hot path needs one except
+        #: clause; `failed` re-raises them when fail-open is off.
+        self.errors = errors
+        self.log = log
+        self.logger = logging.getLogger(logger_name)
+
+    def failed(self, exc: BaseException, fallback: Any) -> Any:
+        """Re-raise `exc`, or under IGNORE_EXCEPTIONS log it and return the fallback."""
+        if not (self.enabled and isinstance(exc, self.errors)):
+            raise exc
+        if self.log:
+            self.logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
+        return fallback() if isinstance(fallback, Computed) else fallback

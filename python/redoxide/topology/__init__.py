@@ -1,0 +1,67 @@
+"""Where commands go: one server, a primary with read replicas, a Sentinel-watched primary, or
+a Cluster.
+
+Each topology is a router that satisfies ``ClientLike`` (see redoxide._protocols), like the
+Rust ``Client`` itself, so the cache runs the same plans on every topology. Standalone uses
+the Rust client directly: no layer at all. Routers hold one Rust client per node (shared by
+the whole process: one multiplexed connection per node carries all async traffic) and add
+only what the topology needs.
+
+Recovery policy, the same for every router: a redirect (MOVED, ASK, READONLY after a
+failover) is followed at once, because the command was not applied; a refused or broken
+connection makes the router re-learn the topology and retry once if that moved the target;
+a timeout is raised (the call already used its time) and the topology is re-learnt on the
+next call.
+
+    nodes.py      the process-wide node clients
+    flight.py     one discovery at a time
+    health.py     replicas left out of the rotation after a failure
+    replicas.py   ReplicaRouter (a LOCATION list)
+    sentinel.py   SentinelPrimary, SentinelRouter (SENTINELS)
+    commands.py   where a command's key is; how split replies join; slot tags
+    slots.py      a cluster's slot map and targets
+    parts.py      calls cut into single-slot parts
+    cluster.py    ClusterRouter (CLUSTER: True)
+"""
+
+from __future__ import annotations
+
+from redoxide._protocols import ClientLike
+from redoxide._registry import Registry
+from redoxide.options import Config
+from redoxide.topology.cluster import ClusterRouter
+from redoxide.topology.nodes import new_client
+from redoxide.topology.replicas import ReplicaRouter
+from redoxide.topology.sentinel import SentinelRouter
+
+__all__ = ["ClusterRouter", "ReplicaRouter", "SentinelRouter", "make_client", "shared_client"]
+
+# One client per configuration per process, shared by every backend instance (Django makes an
+# instance per thread and per async context).
+_clients: Registry[ClientLike] = Registry()
+
+
+def make_client(config: Config) -> ClientLike:
+    """Build the client (or router) for a configuration."""
+    if config.topology == "cluster":
+        return ClusterRouter(config)
+    if config.topology == "sentinel":
+        return SentinelRouter(config)
+
+    def plain(url: str) -> ClientLike:
+        return new_client(
+            config, url, username=config.username, password=config.password, db=config.db
+        )
+
+    if config.topology == "replicas":
+        return ReplicaRouter(
+            plain(config.servers[0]),
+            [plain(url) for url in config.servers[1:]],
+            config.read_from_replicas,
+        )
+    return plain(config.servers[0])
+
+
+def shared_client(config: Config) -> ClientLike:
+    """The process-wide client of a configuration."""
+    return _clients.get(config.client_key, lambda: make_client(config))

@@ -1,0 +1,344 @@
+"""Redis / Valkey Cluster: keys routed by hash slot to the node serving it.
+
+Single-slot calls go straight to the slot's node; only a failure takes the recovery plan
+(MOVED / ASK followed, TRYAGAIN and the like retried after a pause, a lost connection retried
+if the slot found a new home). Multi-key calls are cut into single-slot parts (parts.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from redoxide import plans
+from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ResponseError
+from redoxide.options import Config
+from redoxide.plans import Plan
+from redoxide.topology.commands import (
+    EVERY_PRIMARY,
+    SUMMED,
+    as_command,
+    combine_for,
+    command_name,
+    key_arg,
+    key_slot,
+    key_slots,
+    slot_of,
+)
+from redoxide.topology.parts import (
+    MAX_REDIRECTS,
+    RETRY_PAUSE,
+    Split,
+    by_node,
+    run_parts,
+    send,
+    together,
+)
+from redoxide.topology.slots import PrimaryAt, ReplicaOf, SlotMap, Target
+
+__all__ = ["ClusterRouter"]
+
+
+class ClusterRouter:
+    """A ClientLike over every node of a cluster."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self.slots = SlotMap(config)
+
+    def __repr__(self) -> str:
+        return f"<redoxide ClusterRouter {len(self.slots.primaries)} primaries>"
+
+    def scan_nodes(self, bridge: Any = None) -> Any:
+        """Every primary (for SCAN and the like), with a recent slot table."""
+        return self.slots.scan_nodes(bridge)
+
+    # -- one single-slot call
+
+    def _node(self, slot: int | None) -> Any:
+        slots = self.slots
+        table = slots.table if slots.table is not None and not slots.suspect else None
+        if table is None:
+            table = slots.table_now()
+        return table[slot] if slot is not None else slots.primaries[0]
+
+    def _call(self, slot: int | None, name: str, args: tuple[Any, ...]) -> Any:
+        """Run one single-slot call (blocking); a failure goes to `_recovery`."""
+        node = self._node(slot)
+        try:
+            return getattr(node, name)(*args)
+        except CacheError as exc:
+            return plans.run(self._recovery(exc, slot, node, name, args))
+
+    async def _acall(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        slots = self.slots
+        table = slots.table
+        if table is None or slots.suspect:
+            table = await slots.table_now(bridge)
+        node = table[slot] if slot is not None else slots.primaries[0]
+        try:
+            return await getattr(node, name)(*args, bridge)
+        except CacheError as exc:
+            return await plans.arun(self._recovery(exc, slot, node, name, args), bridge)
+
+    def _recovery(
+        self, exc: CacheError, slot: int | None, node: Any, name: str, args: tuple[Any, ...]
+    ) -> Plan[Any]:
+        """After a single-slot call failed on `node`: follow MOVED / ASK, retry TRYAGAIN and
+        the like after a pause, retry a lost connection only if the slot found a new home;
+        raise a timeout or any other error."""
+        slots = self.slots
+        for attempt in range(1, MAX_REDIRECTS + 2):
+            if isinstance(exc, CacheTimeout):
+                slots.failed(node)
+                raise exc
+            if isinstance(exc, ResponseError):
+                kind, target = slots.redirect(exc, node)
+                if kind == "final" or attempt > MAX_REDIRECTS:
+                    raise exc
+            elif isinstance(exc, ConnectionInterrupted):
+                # The node is gone: learn the table again; retry if the slot has a new home.
+                slots.failed(node)
+                yield slots.relearn, ()
+                target = slots.node_for(slot)
+                if target is node or attempt > MAX_REDIRECTS:
+                    raise exc
+                kind = "moved"
+            else:
+                raise exc
+            if kind == "ask":
+                asking = (("ASKING",), as_command(name, args))
+                return (yield target.pipeline, (asking,))[1]
+            if kind == "again":
+                yield plans.pause, (RETRY_PAUSE,)
+                yield slots.relearn, ()
+                target = slots.node_for(slot)
+            node = target
+            try:
+                return (yield getattr(node, name), args)
+            except CacheError as failed:
+                exc = failed
+        raise AssertionError("unreachable")
+
+    def _route(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        if bridge is None:
+            return self._call(slot, name, args)
+        return self._acall(slot, name, args, bridge)
+
+    def _read(self, slot: int, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        """A read from a replica of the slot, if there is one to ask, else from its primary."""
+        replica = self.slots.replica_for(slot)
+        if replica is None:
+            return self._route(slot, name, args, bridge)
+        plan = self.slots.health.read(replica, name, args, (self._route, (slot, name, args)))
+        return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
+
+    # -- the ClientLike interface
+
+    def get(self, key: str, bridge: Any = None) -> Any:
+        slot = key_slot(key)
+        if self._config.read_from_replicas:
+            return self._read(slot, "get", (key,), bridge)
+        if bridge is None:
+            return self._call(slot, "get", (key,))
+        return self._acall(slot, "get", (key,), bridge)
+
+    def set(
+        self,
+        key: str,
+        value: bytes,
+        ttl_ms: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        bridge: Any = None,
+    ) -> Any:
+        return self._route(key_slot(key), "set", (key, value, ttl_ms, nx, xx), bridge)
+
+    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
+        keys = [key_arg(k) for k in keys]
+        slots = key_slots(keys)
+        if len(set(slots)) <= 1:
+            slot = slots[0] if slots else None
+            if self._config.read_from_replicas and slot is not None:
+                return self._read(slot, "mget", (keys,), bridge)
+            return self._route(slot, "mget", (keys,), bridge)
+        # One MGET per slot (MGET semantics: nil for a key of another type).
+        by_slot: dict[int, list[int]] = {}
+        for i, slot in enumerate(slots):
+            by_slot.setdefault(slot, []).append(i)
+        parts = [("MGET", *[keys[i] for i in positions]) for positions in by_slot.values()]
+        table = self.slots.table
+        if table is not None and not self.slots.suspect and not self._config.read_from_replicas:
+            if bridge is not None:
+                return self._amget_fast(table, len(keys), by_slot, parts, bridge)
+            fast = self._mget_fast(table, len(keys), by_slot, parts)
+            if fast is not None:
+                return fast
+        targets: list[Target] = list(by_slot)
+        if self._config.read_from_replicas:
+            targets = [ReplicaOf(slot) for slot in by_slot]
+        plan = run_parts(self.slots, parts, targets)
+        if bridge is None:
+            return _join_mget(len(keys), by_slot, plans.run(plan))
+        return plans.then(plans.arun(plan, bridge), lambda r: _join_mget(len(keys), by_slot, r))
+
+    def _mget_fast(
+        self, table: list[Any], count: int, by_slot: dict[int, list[int]], parts: list[Any]
+    ) -> list[Any] | None:
+        """get_many on a settled cluster, blocking: one fan-out, no plan. None if anything
+        was off (a redirect, an error): the caller then takes the general path, which is safe
+        to repeat for reads."""
+        groups = by_node(table, list(by_slot), parts)
+        outcomes = send([(node, commands) for node, _, commands in groups.values()])
+        values: list[Any] = [None] * count
+        for (node, slots, _), outcome in zip(groups.values(), outcomes, strict=True):
+            if isinstance(outcome, CacheTimeout):
+                self.slots.failed(node)
+                raise outcome  # the time is spent: no second try
+            if not isinstance(outcome, list):
+                return None
+            for slot, reply in zip(slots, outcome, strict=True):
+                if not isinstance(reply, list):
+                    return None
+                for i, value in zip(by_slot[slot], reply, strict=True):
+                    values[i] = value
+        return values
+
+    async def _amget_fast(
+        self,
+        table: list[Any],
+        count: int,
+        by_slot: dict[int, list[int]],
+        parts: list[Any],
+        bridge: Any,
+    ) -> list[Any]:
+        """_mget_fast with awaits (every node's request sent before the first wait); anything
+        off and the general path runs the whole read again."""
+        groups = by_node(table, list(by_slot), parts)
+        pending = [node.pipeline_results(cmds, bridge) for node, _, cmds in groups.values()]
+        together(pending)
+        values: list[Any] = [None] * count
+        clean = True
+        timed_out: CacheTimeout | None = None
+        for (node, slots, _), waiting in zip(groups.values(), pending, strict=True):
+            try:
+                outcome = await waiting
+            except CacheTimeout as exc:
+                self.slots.failed(node)
+                timed_out = timed_out or exc
+                continue
+            except CacheError:
+                clean = False
+                continue
+            for slot, reply in zip(slots, outcome, strict=True):
+                if not isinstance(reply, list):
+                    clean = False
+                    break
+                for i, value in zip(by_slot[slot], reply, strict=True):
+                    values[i] = value
+        if timed_out is not None:
+            raise timed_out  # the time is spent: no second try
+        if clean:
+            return values
+        replies = await plans.arun(run_parts(self.slots, parts, list(by_slot)), bridge)
+        return _join_mget(count, by_slot, replies)
+
+    def set_many(
+        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
+    ) -> Any:
+        commands: list[tuple[Any, ...]] = []
+        for key, value in zip(keys, values, strict=True):
+            if ttl_ms is None:
+                commands.append(("SET", key, value))
+            else:
+                commands.append(("SET", key, value, "PX", max(1, ttl_ms)))
+        return self.pipeline(commands, bridge)
+
+    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
+        name = command_name(args)
+        if (name in SUMMED and len(args) > 2) or name in EVERY_PRIMARY:
+            if bridge is None:
+                return self.pipeline([args])[0]
+            return plans.then(self.pipeline([args], bridge), _first)
+        if name == "MGET" and len(args) > 1:
+            return self.mget(args[1:], bridge)
+        return self._route(slot_of(args), "execute", (args,), bridge)
+
+    def _pipeline_plan(
+        self, commands: list[Sequence[Any]], primaries: list[Any]
+    ) -> tuple[Plan[list[Any]], Callable[[list[Any]], list[Any]]]:
+        """Cut a pipeline into single-slot parts; return the plan and how to rejoin."""
+        parts: list[tuple[Any, ...]] = []
+        targets: list[Target] = []
+        splits: list[Split | None] = []
+        for command in commands:
+            name = command_name(command)
+            if name in SUMMED and len(command) > 2:
+                keys = command[1:]
+                for key in keys:
+                    targets.append(key_slot(key_arg(key)))
+                    parts.append((command[0], key))
+                splits.append(Split(len(keys), combine_for(name)))
+            elif name in EVERY_PRIMARY:
+                for k in range(len(primaries)):
+                    targets.append(PrimaryAt(k))
+                    parts.append(tuple(command))
+                splits.append(Split(len(primaries), combine_for(name)))
+            else:
+                targets.append(slot_of(command))
+                parts.append(tuple(command))
+                splits.append(None)
+
+        def rejoin(replies: list[Any]) -> list[Any]:
+            # As on one server, an error reply raises (the first one).
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+            out, at = [], 0
+            for split in splits:
+                if split is None:
+                    out.append(replies[at])
+                    at += 1
+                else:
+                    out.append(split.combine(replies[at : at + split.count]))
+                    at += split.count
+            return out
+
+        return run_parts(self.slots, parts, targets), rejoin
+
+    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
+        commands = list(commands)
+        if not commands:
+            return [] if bridge is None else plans.done([])
+        every = any(command_name(c) in EVERY_PRIMARY for c in commands)
+        if bridge is not None:
+            return self._apipeline(commands, every, bridge)
+        primaries: list[Any] = []
+        if every:
+            fresh = self.slots.table is not None and self.slots.fresh_enough()
+            primaries = self.slots.primaries if fresh else self.slots.scan_nodes()
+        plan, rejoin = self._pipeline_plan(commands, primaries)
+        return rejoin(plans.run(plan))
+
+    async def _apipeline(self, commands: list[Sequence[Any]], every: bool, bridge: Any) -> Any:
+        primaries: list[Any] = []
+        if every:
+            fresh = self.slots.table is not None and self.slots.fresh_enough()
+            # The primaries, learnt without blocking the loop.
+            primaries = self.slots.primaries if fresh else await self.slots.scan_nodes(bridge)
+        plan, rejoin = self._pipeline_plan(commands, primaries)
+        return rejoin(await plans.arun(plan, bridge))
+
+
+def _first(replies: list[Any]) -> Any:
+    return replies[0]
+
+
+def _join_mget(count: int, by_slot: dict[int, list[int]], replies: list[Any]) -> list[Any]:
+    values: list[Any] = [None] * count
+    for positions, reply in zip(by_slot.values(), replies, strict=True):
+        if isinstance(reply, ResponseError):
+            raise reply
+        for i, value in zip(positions, reply, strict=True):
+            values[i] = value
+    return values

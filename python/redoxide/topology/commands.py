@@ -1,0 +1,156 @@
+"""What a cluster needs to know about commands: which argument is the key, which commands
+split by slot or go to every primary, and how their replies join again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redoxide import _redoxide
+from redoxide.exceptions import ResponseError
+
+__all__ = [
+    "EVERY_PRIMARY",
+    "SUMMED",
+    "as_command",
+    "combine_for",
+    "command_name",
+    "key_arg",
+    "slot_of",
+    "slot_tag",
+]
+
+key_slot = _redoxide.key_slot
+key_slots = _redoxide.key_slots
+
+#: Commands whose every argument is a key, split by slot, their integer replies summed.
+SUMMED = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})
+#: Keyless commands that concern every primary's data, and how their replies combine.
+EVERY_PRIMARY = frozenset({"FLUSHDB", "FLUSHALL", "SCRIPT", "FUNCTION", "DBSIZE", "KEYS"})
+# Keyless commands answered by any node.
+_KEYLESS = frozenset(
+    {
+        "PING", "INFO", "TIME", "ECHO", "CLIENT", "CONFIG", "CLUSTER", "COMMAND", "SCAN",
+        "RANDOMKEY", "LASTSAVE", "SLOWLOG", "LATENCY", "ACL", "DEBUG", "WAIT", "ASKING",
+        "READONLY", "READWRITE", "HELLO", "AUTH", "SELECT", "ROLE", "MODULE", "SAVE", "BGSAVE",
+    }
+)  # fmt: skip
+# Commands whose key is the third word (after a subcommand).
+_KEY_THIRD = frozenset({"OBJECT", "MEMORY", "XINFO"})
+_SCRIPTS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
+_STREAM_READS = frozenset({"XREAD", "XREADGROUP"})
+
+
+def _upper(arg: Any) -> str:
+    if isinstance(arg, bytes):
+        return arg.decode("latin-1").upper()
+    return str(arg).upper()
+
+
+def command_name(args: Sequence[Any]) -> str:
+    """The command's name, upper-cased."""
+    if not args:
+        raise ValueError("a command needs at least its name")
+    return _upper(args[0])
+
+
+def key_arg(arg: Any) -> str | bytes:
+    """A key argument as the slot hash sees it."""
+    if isinstance(arg, (str, bytes)):
+        return arg
+    return str(arg)
+
+
+def slot_of(args: Sequence[Any]) -> int | None:
+    """The slot a command must run in, or None for a keyless command."""
+    name = command_name(args)
+    if name in _SCRIPTS:
+        try:
+            numkeys = int(args[2])
+        except (IndexError, TypeError, ValueError):
+            return None  # the server will say what is wrong
+        return key_slot(key_arg(args[3])) if numkeys > 0 and len(args) > 3 else None
+    if name in _KEYLESS or len(args) < 2:
+        return None
+    if name in _KEY_THIRD:
+        return key_slot(key_arg(args[2])) if len(args) > 2 else None
+    if name in _STREAM_READS:
+        words = [_upper(a) for a in args]
+        if "STREAMS" in words and words.index("STREAMS") + 1 < len(args):
+            return key_slot(key_arg(args[words.index("STREAMS") + 1]))
+        return None
+    return key_slot(key_arg(args[1]))
+
+
+def _sum(replies: list[Any]) -> Any:
+    return sum(replies)
+
+
+def _first(replies: list[Any]) -> Any:
+    return replies[0]
+
+
+def _concat(replies: list[Any]) -> Any:
+    return [item for reply in replies for item in reply]
+
+
+def combine_for(name: str) -> Callable[[list[Any]], Any]:
+    """How the replies of a command split over several nodes join into one."""
+    if name in SUMMED or name == "DBSIZE":
+        return _sum
+    if name == "KEYS":
+        return _concat
+    return _first
+
+
+def as_command(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A client call as the one command it sends (to repeat it after ASKING)."""
+    if name == "execute":
+        return tuple(args[0])
+    if name == "get":
+        return ("GET", args[0])
+    if name == "mget":
+        return ("MGET", *args[0])
+    if name == "set":
+        key, value, ttl_ms, nx, xx = args
+        command: tuple[Any, ...] = ("SET", key, value)
+        if ttl_ms is not None:
+            command += ("PX", max(1, ttl_ms))
+        if nx:
+            command += ("NX",)
+        elif xx:
+            command += ("XX",)
+        return command
+    raise ResponseError(f"cannot follow an ASK redirect for {name}")
+
+
+# One short hash tag per slot, for companion keys of keys whose own braces defeat tagging.
+_slot_tags: list[str] = []
+
+
+def slot_tag(slot: int) -> str:
+    """A short string that hashes to `slot` (`{tag}` puts any key name in that slot)."""
+    if not _slot_tags:
+        table = [""] * 16384
+        left, start = 16384, 0
+        while left:
+            candidates = [str(i) for i in range(start, start + 65536)]
+            for candidate, found in zip(candidates, key_slots(candidates), strict=True):
+                if not table[found]:
+                    table[found] = candidate
+                    left -= 1
+            start += 65536
+        _slot_tags[:] = table
+    return _slot_tags[slot]
+
+
+def same_slot(key: str, suffix: str) -> str:
+    """A companion key name for `key` that a cluster stores in the same hash slot."""
+    if "{" not in key and "}" not in key:
+        return "{" + key + "}" + suffix
+    name = key + suffix
+    slot = key_slot(key)
+    if key_slot(name) == slot:
+        return name  # the key's own {tag} decides
+    # Braces that are no tag ("a}b", "x{", "{}x"): lead with a tag of the key's slot.
+    return "{" + slot_tag(slot) + "}" + name

@@ -1,0 +1,49 @@
+"""Which replicas to leave out of the read rotation for a while."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from typing import Any
+
+from redoxide.exceptions import CacheError, CacheTimeout
+from redoxide.plans import Step
+
+__all__ = ["REPLICA_DOWN_SECONDS", "ReplicaHealth"]
+
+#: How long a replica that failed a read is left out of the read rotation.
+REPLICA_DOWN_SECONDS = 5.0
+
+
+class ReplicaHealth:
+    """Replicas that failed lately: skipped for REPLICA_DOWN_SECONDS, then tried again."""
+
+    def __init__(self) -> None:
+        self._down: dict[int, float] = {}  # id(replica) -> monotonic time it may be retried
+
+    def mark_down(self, replica: Any) -> None:
+        self._down[id(replica)] = time.monotonic() + REPLICA_DOWN_SECONDS
+
+    def usable(self, replica: Any) -> bool:
+        until = self._down.get(id(replica))
+        if until is None:
+            return True
+        if until <= time.monotonic():
+            self._down.pop(id(replica), None)
+            return True
+        return False
+
+    def read(
+        self, replica: Any, name: str, args: tuple[Any, ...], fallback: Step
+    ) -> Generator[Step, Any, Any]:
+        """A plan: read from `replica`; if it fails, leave it out for a while and take
+        `fallback` (the primary), except after a timeout, whose time is spent already."""
+        try:
+            return (yield getattr(replica, name), args)
+        except CacheTimeout:
+            self.mark_down(replica)
+            raise
+        except CacheError:
+            # A replica that is down, loading, or cut off from its primary (MASTERDOWN).
+            self.mark_down(replica)
+        return (yield fallback)

@@ -1,0 +1,76 @@
+"""Rust clients for the nodes a router discovers, shared by the whole process.
+
+Routers of several configurations that reach the same node (same address, credentials,
+timeouts and TLS settings) share its client, and so its one multiplexed connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from redoxide import _redoxide
+from redoxide._registry import Registry
+from redoxide.exceptions import ConfigurationError
+from redoxide.options import Config, redact
+
+__all__ = ["discovery_budget", "new_client", "node_client"]
+
+_nodes: Registry[_redoxide.Client] = Registry()
+
+
+def new_client(config: Config, url: str, **kwargs: Any) -> _redoxide.Client:
+    """A Rust client for one server URL with the configuration's timeouts and TLS settings."""
+    try:
+        return _redoxide.Client(
+            url,
+            connect_timeout=config.connect_timeout,
+            response_timeout=config.socket_timeout,
+            **kwargs,
+            **config.tls_kwargs,
+        )
+    except ConfigurationError as exc:  # name the URL, never its secret
+        raise ConfigurationError(f"{exc} (LOCATION {redact(url)!r})") from None
+
+
+def node_client(
+    config: Config, host: str, port: int, *, db: int | None = None, readonly: bool = False
+) -> _redoxide.Client:
+    """The process-wide client of one discovered data node."""
+    scheme = "rediss" if urlsplit(config.servers[0]).scheme in ("rediss", "valkeys") else "redis"
+    key = (
+        scheme,
+        host,
+        port,
+        db,
+        readonly,
+        config.username,
+        config.password,
+        config.connect_timeout,
+        config.socket_timeout,
+        config.tls,
+    )
+
+    def make() -> _redoxide.Client:
+        url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+        return new_client(
+            config, url, username=config.username, password=config.password, db=db,
+            readonly=readonly,
+        )  # fmt: skip
+
+    return _nodes.get(key, make)
+
+
+def discovery_budget(config: Config) -> float:
+    """How long asking nodes (or sentinels) about the topology may take, all of them: two
+    slow nodes' worth (a first request waits for the connect and the reply), so a call that
+    re-learns the topology stays bounded."""
+    return 2 * (config.connect_timeout + config.socket_timeout)
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """``host:port`` (IPv6 hosts bracketed or not) as (host, port); None without a port."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)

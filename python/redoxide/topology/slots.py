@@ -1,0 +1,259 @@
+"""A cluster's slot map: which node serves each hash slot, learnt from CLUSTER SLOTS.
+
+Learnt on first use and again after a MOVED reply, a connection failure, or a timeout (at
+most every MIN_REFRESH_INTERVAL, one discovery at a time). Targets name where a part of a
+call goes: a slot (an int), a replica of a slot, or the k-th primary (for FLUSHDB and the
+like, which a failover hands to the promoted replica in the same place).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from redoxide.exceptions import (
+    CacheError,
+    ClusterDownError,
+    ConnectionInterrupted,
+    MovedError,
+    ReadOnlyError,
+    RedirectError,
+    ResponseError,
+    TryAgainError,
+)
+from redoxide.options import Config
+from redoxide.plans import Plan
+from redoxide.topology.flight import Flight
+from redoxide.topology.health import ReplicaHealth
+from redoxide.topology.nodes import discovery_budget, node_client, split_address
+from redoxide.topology.sentinel import MIN_REFRESH_INTERVAL
+
+__all__ = ["SCAN_TABLE_AGE", "PrimaryAt", "ReplicaOf", "SlotMap", "Target"]
+
+#: A key scan (keys, iter_keys, delete_pattern, clear) re-reads an older slot table first.
+SCAN_TABLE_AGE = 1.0
+# Replies after which a command is sent again (after a pause and a fresh slot table): the
+# cluster is mid-change, or the node was a primary that has just been demoted.
+_AGAIN = (TryAgainError, ClusterDownError, ReadOnlyError)
+
+
+class ReplicaOf:
+    """Target: a replica of the slot that answers, else the slot's primary."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+
+class PrimaryAt:
+    """Target: the k-th primary of the current table."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+#: Where one part of a call goes: a slot, None (any node: keyless), or one of the above.
+Target = int | None | ReplicaOf | PrimaryAt
+
+
+class SlotMap:
+    """The slot table of one cluster, and the node clients it names."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._seeds: list[tuple[str, int]] = []
+        for url in config.servers:
+            parts = urlsplit(url)
+            self._seeds.append((parts.hostname or "127.0.0.1", parts.port or 6379))
+        self.table: list[Any] | None = None
+        self.replica_table: list[list[Any]] = []
+        self.primaries: list[Any] = []
+        #: Something cast doubt on the table: re-learn it before the next call.
+        self.suspect = False
+        self.health = ReplicaHealth()
+        self._learnt_at = -1.0
+        self._failed_at: dict[tuple[str, int], float] = {}  # nodes that failed lately
+        self._last_error = "not asked yet"
+        self._flight = Flight()
+        self._turn = itertools.count()
+
+    # -- learning the table
+
+    def _discover(self) -> Plan[Any]:
+        config = self._config
+        candidates = [a for a in map(split_address, (c.address for c in self.primaries)) if a]
+        candidates += [seed for seed in self._seeds if seed not in candidates]
+        # Nodes that failed lately are asked last: a stalled node must not cost every
+        # discovery its timeout.
+        candidates.sort(key=lambda c: self._failed_at.get(c, 0.0))
+        errors = []
+        deadline = time.monotonic() + discovery_budget(config)
+        for host, port in candidates:
+            if time.monotonic() > deadline:
+                errors.append("out of time")
+                break
+            try:
+                reply = yield node_client(config, host, port).execute, (("CLUSTER", "SLOTS"),)
+            except CacheError as exc:
+                self._failed_at[(host, port)] = time.monotonic()
+                errors.append(f"{host}:{port}: {type(exc).__name__}")
+                continue
+            self._failed_at.pop((host, port), None)
+            if reply:
+                self._adopt(reply, host)
+                return self.table
+            errors.append(f"{host}:{port}: no slots assigned")
+        self._learnt_at = time.monotonic()
+        self._last_error = f"no cluster node could describe the cluster ({'; '.join(errors)})"
+        raise ConnectionInterrupted(self._last_error)
+
+    def _adopt(self, reply: list[Any], asked_host: str) -> None:
+        config = self._config
+        table: list[Any] = [None] * 16384
+        replica_table: list[list[Any]] = []
+        if config.read_from_replicas:
+            replica_table = [[] for _ in range(16384)]
+        primaries: dict[int, Any] = {}
+
+        def node(entry: list[Any], readonly: bool) -> Any:
+            host = entry[0].decode() if isinstance(entry[0], bytes) else str(entry[0])
+            if host in ("", "?"):
+                host = asked_host
+            return node_client(config, host, int(entry[1]), readonly=readonly)
+
+        for item in reply:
+            start, end, primary_entry = int(item[0]), int(item[1]), item[2]
+            primary = node(primary_entry, False)
+            primaries[id(primary)] = primary
+            table[start : end + 1] = [primary] * (end - start + 1)
+            if config.read_from_replicas:
+                replicas = [node(entry, True) for entry in item[3:]]
+                for slot in range(start, end + 1):
+                    replica_table[slot] = replicas
+        # A slot no node serves (a cluster missing a shard) goes to any node: its MOVED or
+        # CLUSTERDOWN reply then says what is wrong.
+        fallback = next(iter(primaries.values()))
+        self.table = [n if n is not None else fallback for n in table]
+        self.replica_table = replica_table
+        self.primaries = list(primaries.values())
+        self._learnt_at = time.monotonic()
+        self.suspect = False
+
+    def _fresh(self) -> bool:
+        return time.monotonic() - self._learnt_at < MIN_REFRESH_INTERVAL
+
+    def _needs_table(self) -> bool:
+        return self.table is None or (self.suspect and not self._fresh())
+
+    def _not_fresh(self) -> bool:
+        return self.table is None or not self._fresh()
+
+    def _scan_stale(self) -> bool:
+        # A key scan is long anyway: look at the cluster again unless the table is recent.
+        return self.table is None or time.monotonic() - self._learnt_at > SCAN_TABLE_AGE
+
+    def known_table(self) -> list[Any]:
+        """The table, or the reason there is none."""
+        table = self.table
+        if table is None:
+            raise ConnectionInterrupted(self._last_error)
+        return table
+
+    def fresh_enough(self) -> bool:
+        """Re-learnt within MIN_REFRESH_INTERVAL."""
+        return self._fresh()
+
+    # -- steps (blocking without a bridge, awaitable with one)
+
+    def table_now(self, bridge: Any = None) -> Any:
+        """The table, learnt first if there is none or it is in doubt."""
+        if bridge is not None:
+            return self._atable_now(bridge)
+        if self._needs_table():
+            self._flight.run(self._discover, self._needs_table)
+        return self.known_table()
+
+    async def _atable_now(self, bridge: Any) -> list[Any]:
+        if self._needs_table():
+            await self._flight.arun(self._discover, self._needs_table, bridge)
+        return self.known_table()
+
+    def relearn(self, bridge: Any = None) -> Any:
+        """Learn the table again, unless it was just learnt."""
+        if bridge is not None:
+            return self._flight.arun(self._discover, self._not_fresh, bridge)
+        self._flight.run(self._discover, self._not_fresh)
+        return None
+
+    def scan_nodes(self, bridge: Any = None) -> Any:
+        """Every primary (for SCAN and the like), with a recent slot table."""
+        if bridge is not None:
+            return self._ascan_nodes(bridge)
+        if self._scan_stale() or self.suspect:
+            self._flight.run(self._discover, self._scan_stale)
+        self.known_table()
+        return list(self.primaries)
+
+    async def _ascan_nodes(self, bridge: Any) -> list[Any]:
+        if self._scan_stale() or self.suspect:
+            await self._flight.arun(self._discover, self._scan_stale, bridge)
+        self.known_table()
+        return list(self.primaries)
+
+    # -- nodes
+
+    def failed(self, node: Any) -> None:
+        """A node timed out or dropped a call: re-learn the table, asking that node last."""
+        self.suspect = True
+        address = split_address(node.address)
+        if address is not None:
+            self._failed_at[address] = time.monotonic()
+
+    def replica_for(self, slot: int) -> Any | None:
+        """A replica of the slot to read from, or None."""
+        if not self._config.read_from_replicas or self.table is None or self.suspect:
+            return None
+        replicas = self.replica_table[slot]
+        if not replicas:
+            return None
+        replica = replicas[next(self._turn) % len(replicas)]
+        return replica if self.health.usable(replica) else None
+
+    def node_for(self, target: Target) -> Any:
+        """The node a target names now."""
+        if target is None:
+            return self.primaries[0]
+        if isinstance(target, int):
+            return self.known_table()[target]
+        if isinstance(target, ReplicaOf):
+            return self.replica_for(target.slot) or self.known_table()[target.slot]
+        return self.primaries[target.index % len(self.primaries)]
+
+    def redirect(self, exc: ResponseError, node: Any) -> tuple[str, Any]:
+        """Classify an error reply: ("moved"|"ask", target node), ("again", None) or
+        ("final", None)."""
+        if isinstance(exc, RedirectError):
+            found = split_address(exc.address)
+            if found is None:
+                return "final", None
+            host, port = found
+            if host in ("", "?"):  # the node does not know its own host name: the asked one
+                asked = split_address(node.address)
+                host = asked[0] if asked else ""
+            target = node_client(self._config, host, port)
+            if not isinstance(exc, MovedError):
+                return "ask", target
+            # The slot moved: use the new owner now, re-learn the whole table soon.
+            if self.table is not None and 0 <= exc.slot < len(self.table):
+                self.table[exc.slot] = target
+            self.suspect = True
+            return "moved", target
+        if isinstance(exc, _AGAIN):
+            self.suspect = True
+            return "again", None
+        return "final", None

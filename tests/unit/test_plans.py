@@ -1,0 +1,152 @@
+"""Plans and their two drivers, without a server: steps answered by a script."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from redoxide import _scripts, plans
+from redoxide.cache import RedisCache
+from redoxide.exceptions import (
+    CacheTimeout,
+    ConnectionInterrupted,
+    CrossSlotError,
+    ResponseError,
+    response_error,
+)
+
+
+class Scripted:
+    """A step callable answering from a list (an exception instance is raised)."""
+
+    def __init__(self, *replies: Any) -> None:
+        self.replies = list(replies)
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls.append(args)
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def _later(self, args: tuple[Any, ...]) -> Any:
+        return self(*args)
+
+    def acall(self, *args: Any) -> Any:
+        """The async convention: the last argument is the bridge."""
+        assert args[-1] == "bridge"
+        return self._later(args[:-1])
+
+
+def drive(
+    plan: plans.Plan[Any], answer: Callable[[Callable[..., Any], tuple[Any, ...]], Any]
+) -> Any:
+    """Run a plan by hand: each step is answered by answer(call, args)."""
+    try:
+        call, args = next(plan)
+        while True:
+            reply = answer(call, args)
+            if isinstance(reply, BaseException):
+                call, args = plan.throw(reply)
+            else:
+                call, args = plan.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+def two_steps(step: Callable[..., Any]) -> plans.Plan[Any]:
+    first = yield step, ("a",)
+    try:
+        second = yield step, ("b",)
+    except ResponseError as exc:
+        return ("recovered", first, exc.code)
+    return (first, second)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_drivers_send_replies_and_throw_errors_into_the_plan(mode: str) -> None:
+    def run(script: Scripted) -> Any:
+        if mode == "sync":
+            return plans.run(two_steps(script))
+        return asyncio.run(plans.arun(two_steps(script.acall), "bridge"))
+
+    ok = Scripted(1, 2)
+    assert run(ok) == (1, 2)
+    assert ok.calls == [("a",), ("b",)]
+    assert run(Scripted(1, response_error("WRONGTYPE", "WRONGTYPE no"))) == (
+        "recovered",
+        1,
+        "WRONGTYPE",
+    )
+    with pytest.raises(ConnectionInterrupted):
+        run(Scripted(1, ConnectionInterrupted("gone")))
+
+
+def test_fail_open_returns_the_fallback_only_for_its_errors() -> None:
+    fail_open = plans.FailOpen(True)
+    assert fail_open.failed(CacheTimeout("slow"), "miss") == "miss"
+    assert fail_open.failed(ConnectionInterrupted("gone"), plans.Computed(lambda: 7)) == 7
+    with pytest.raises(ResponseError):
+        fail_open.failed(ResponseError("OOM"), "miss")
+    with pytest.raises(CacheTimeout):
+        plans.FailOpen(False).failed(CacheTimeout("slow"), "miss")
+
+
+def test_response_error_codes_pick_their_class() -> None:
+    moved = response_error("MOVED", "MOVED 12 10.0.0.1:7000", 12, "10.0.0.1:7000")
+    assert (type(moved).__name__, moved.slot, moved.address) == ("MovedError", 12, "10.0.0.1:7000")
+    assert isinstance(response_error("CROSSSLOT", "x"), CrossSlotError)
+    plain = response_error("SOMETHING", "SOMETHING new")
+    assert type(plain) is ResponseError and plain.code == "SOMETHING"
+
+
+@pytest.fixture
+def cache() -> RedisCache:
+    # Nothing connects until a command is sent; plans are driven by hand here.
+    return RedisCache("redis://127.0.0.1:1/0", {"KEY_PREFIX": "p"})
+
+
+def test_incr_falls_back_to_read_add_write_on_a_non_integer(cache: RedisCache) -> None:
+    import pickle
+
+    sent: list[tuple[Any, ...]] = []
+
+    def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        command = args[0]
+        sent.append(tuple(command))
+        if command[0] == "EVAL":
+            return response_error(_scripts.NOT_AN_INTEGER, "NOTINT ERR value is not an integer")
+        if command[0] == "GET":
+            return pickle.dumps(1.5)
+        return True
+
+    assert drive(cache._incr("k", 1, None), answer) == 2.5
+    assert [c[0] for c in sent] == ["EVAL", "GET", "SET"]
+    assert sent[2][1] == "p:1:k" and "KEEPTTL" in sent[2]
+
+
+def test_incr_raises_other_error_replies(cache: RedisCache) -> None:
+    def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        return response_error("WRONGTYPE", "WRONGTYPE Operation against a key")
+
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        drive(cache._incr("k", 1, None), answer)
+
+
+def test_incr_version_copies_across_slots_on_crossslot(cache: RedisCache) -> None:
+    sent: list[Any] = []
+
+    def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        sent.append(args[0])
+        if len(sent) == 1:
+            return response_error("CROSSSLOT", "CROSSSLOT Keys in request don't hash")
+        if len(sent) == 2:
+            return [b"v", 5000]  # GET, PTTL
+        return [True, 1]
+
+    assert drive(cache._incr_version("k", 1, None), answer) == 2
+    assert list(sent[2]) == [("SET", "p:2:k", b"v", "PX", 5000), ("DEL", "p:1:k")]
