@@ -18,7 +18,7 @@ from redoxide.compressors import BaseCompressor, IdentityCompressor
 from redoxide.exceptions import ConfigurationError, ResponseError
 from redoxide.plans import FAIL_OPEN_ERRORS
 from redoxide.serializers import PickleSerializer, Serializer
-from redoxide.signing import signed_serializer
+from redoxide.signing import SignedSerializer, signed_serializer
 
 __all__ = ["Config", "parse_config", "parse_location"]
 
@@ -108,6 +108,11 @@ class Config:
     def tls_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the Rust Client's TLS settings."""
         return dict(self.tls)
+
+    @property
+    def signed(self) -> bool:
+        """Values are signed (SIGN_VALUES): the key comes from the project's secrets."""
+        return isinstance(self.serializer, SignedSerializer)
 
     @property
     def display_servers(self) -> tuple[str, ...]:
