@@ -2,10 +2,9 @@
 //! error, never panic, hang or allocate without bound. `REDOXIDE_FUZZ_ITERATIONS` (default
 //! 20,000) runs them longer, e.g. `REDOXIDE_FUZZ_ITERATIONS=5000000 cargo test --lib fuzz`.
 
-use crate::codec::{
-    lz4_frame_compress, lz4_frame_decompress, zstd_frame_compress, zstd_frame_decompress,
-};
-use crate::resp;
+use crate::codec::lz4::{lz4_frame_compress, lz4_frame_decompress};
+use crate::codec::zstd::{zstd_frame_compress, zstd_frame_decompress};
+use crate::proto::resp;
 
 /// xorshift64*: deterministic, dependency-free randomness.
 struct Rng(u64);

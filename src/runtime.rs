@@ -10,6 +10,7 @@ use std::sync::{Mutex, Once};
 use tokio::runtime::{Builder, Runtime};
 
 use crate::errors::{Error, Result};
+use crate::ffi;
 
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
@@ -23,12 +24,7 @@ extern "C" fn after_fork_in_child() {
 
 /// Count forks from now on. Cheap to call repeatedly.
 pub fn watch_forks() {
-    AT_FORK.call_once(|| {
-        // SAFETY: registers a plain function that only touches an atomic.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
-        }
-    });
+    AT_FORK.call_once(|| ffi::on_fork_in_child(after_fork_in_child));
 }
 
 /// Which process image we are in: bumps in a child after every `fork()`.
@@ -43,7 +39,8 @@ pub fn get() -> Result<&'static Runtime> {
     let generation = generation();
     let current = RUNTIME.load(Ordering::Acquire);
     if !current.is_null() && RUNTIME_GENERATION.load(Ordering::Acquire) == generation {
-        // SAFETY: runtimes are leaked, never freed, so the pointer stays valid.
+        // SAFETY: the pointer came from `Box::leak` in `build` and runtimes are never freed,
+        // so it is valid for 'static; only shared references are ever made from it.
         return Ok(unsafe { &*current });
     }
     build(generation)
@@ -55,7 +52,7 @@ fn build(generation: u64) -> Result<&'static Runtime> {
     let _lock = BUILD_LOCK.try_lock().ok();
     let current = RUNTIME.load(Ordering::Acquire);
     if !current.is_null() && RUNTIME_GENERATION.load(Ordering::Acquire) == generation {
-        // SAFETY: as above.
+        // SAFETY: as in `get`: a leaked, never-freed runtime.
         return Ok(unsafe { &*current });
     }
     // One I/O thread drives every connection: a current-thread scheduler on a thread of its own

@@ -1,10 +1,5 @@
 //! Redis Cluster hash slots: CRC16 (XMODEM) of the key, or of its hash tag, modulo 16384.
 
-use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
-
-use crate::errors::guard;
-
 /// The number of hash slots in a Redis or Valkey cluster.
 pub const SLOTS: u16 = 16384;
 
@@ -46,37 +41,6 @@ fn hashed_part(key: &[u8]) -> &[u8] {
 /// The hash slot of a key.
 pub fn slot(key: &[u8]) -> u16 {
     crc16(hashed_part(key)) % SLOTS
-}
-
-fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
-    if let Ok(s) = key.cast::<PyString>() {
-        Ok(s.to_str()?.as_bytes())
-    } else if let Ok(b) = key.cast::<PyBytes>() {
-        Ok(b.as_bytes())
-    } else {
-        Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "a key must be str or bytes, not {}",
-            key.get_type().name()?
-        )))
-    }
-}
-
-/// The cluster hash slot of a key (str or bytes), honouring `{hash tags}`.
-#[pyfunction]
-pub fn key_slot(key: &Bound<'_, PyAny>) -> PyResult<u16> {
-    guard(|| Ok(slot(key_bytes(key)?)))
-}
-
-/// The hash slots of several keys, in order.
-#[pyfunction]
-pub fn key_slots<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-    guard(|| {
-        let mut slots = Vec::new();
-        for key in keys.try_iter()? {
-            slots.push(slot(key_bytes(&key?)?));
-        }
-        PyList::new(keys.py(), slots)
-    })
 }
 
 #[cfg(test)]

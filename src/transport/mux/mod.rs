@@ -7,144 +7,36 @@
 //! One reader task parses replies and completes slots. A broken or stalled connection fails
 //! every waiting command with a typed error and is replaced on the next command.
 
-use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, RawFd};
-use std::path::PathBuf;
+mod fifo;
+mod stream;
+
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::Value;
 use tokio::io::Interest;
-use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
-use crate::resp::{self, Scan};
+use crate::ffi;
+use crate::proto::read_buf::unreadable;
+use crate::proto::{ReadBuf, Replies};
 use crate::runtime;
+use crate::transport::PlainConfig;
+
+use fifo::{Fifo, Unsolicited};
+use stream::Stream;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Where the server is.
-#[derive(Clone, Debug)]
-pub enum Target {
-    Tcp(String, u16),
-    Unix(PathBuf),
-}
-
-/// Settings for every connection a `Mux` makes.
-pub struct MuxConfig {
-    pub target: Target,
-    /// Packed AUTH / SELECT commands sent first on every connection, and their reply count.
-    pub handshake: Vec<u8>,
-    pub handshake_replies: usize,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
-    /// host:port or path, for messages.
-    pub addr: Arc<str>,
-}
-
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    async fn ready(&self, interest: Interest) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.ready(interest).await.map(|_| ()),
-            Stream::Unix(s) => s.ready(interest).await.map(|_| ()),
-        }
-    }
-
-    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.try_read(buf),
-            Stream::Unix(s) => s.try_read(buf),
-        }
-    }
-
-    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.try_write(buf),
-            Stream::Unix(s) => s.try_write(buf),
-        }
-    }
-
-    fn fd(&self) -> RawFd {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-
-    async fn write_all(&self, mut buf: &[u8]) -> std::io::Result<()> {
-        while !buf.is_empty() {
-            self.ready(Interest::WRITABLE).await?;
-            match self.try_write(buf) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    /// Read until `buf` holds `count` complete replies; return them and what is left over.
-    async fn read_replies(&self, count: usize) -> std::io::Result<Vec<Value>> {
-        let mut buf = Vec::with_capacity(256);
-        let mut replies = Vec::with_capacity(count);
-        while replies.len() < count {
-            match resp::parse(&buf) {
-                Ok(Some((value, used))) => {
-                    replies.push(value);
-                    buf.drain(..used);
-                    continue;
-                }
-                Ok(None) => {}
-                Err(resp::ParseError::Protocol(m)) => {
-                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, m))
-                }
-            }
-            self.ready(Interest::READABLE).await?;
-            let mut chunk = [0u8; 512];
-            match self.try_read(&mut chunk) {
-                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(replies)
-    }
-}
-
-/// How many replies a request gets, and whether they come back as a list (a pipeline of one
-/// command still answers with a list of one).
-#[derive(Clone, Copy, Debug)]
-pub enum Replies {
-    One,
-    Many(usize),
-}
-
-impl Replies {
-    pub fn count(self) -> usize {
-        match self {
-            Replies::One => 1,
-            Replies::Many(n) => n,
-        }
-    }
-}
-
-struct Waiting {
+/// A command waiting for its reply.
+struct Waiter {
     slot: Arc<Slot>,
     queue: Arc<LoopQueue>,
-    replies: Replies,
-    got: Vec<Value>,
     deadline: Instant,
 }
 
@@ -157,7 +49,7 @@ enum Phase {
 struct State {
     phase: Phase,
     /// Commands written (or queued to be written), oldest first.
-    waiting: VecDeque<Waiting>,
+    waiting: Fifo<Waiter>,
     /// Bytes not yet written, in order.
     outbuf: Vec<u8>,
     /// The writer task is writing a chunk taken from `outbuf`.
@@ -166,32 +58,12 @@ struct State {
     cause: Option<Error>,
 }
 
-/// Replies are parsed from `buf[..filled]`; the buffer stays initialised so reads need no
-/// zeroing, and grows only for a reply larger than it.
-struct ReadState {
-    buf: Vec<u8>,
-    filled: usize,
-    /// Parsing waits until `filled` reaches this (the known size of an incomplete reply).
-    need: usize,
-}
-
-impl ReadState {
-    /// The free part of the buffer, grown first if it is full.
-    fn room(&mut self) -> &mut [u8] {
-        if self.filled == self.buf.len() {
-            let len = (self.buf.len() * 2).max(self.need);
-            self.buf.resize(len, 0);
-        }
-        &mut self.buf[self.filled..]
-    }
-}
-
 pub struct Conn {
     state: Mutex<State>,
     wake_writer: Notify,
     stream: std::sync::OnceLock<Stream>,
     /// Whoever reads the socket (the reader task, or an awaiting caller polling) holds this.
-    reading: Mutex<ReadState>,
+    reading: Mutex<ReadBuf>,
     addr: Arc<str>,
 }
 
@@ -205,14 +77,10 @@ impl Poller for Conn {
             _ => return,
         };
         let Ok(mut rs) = self.reading.try_lock() else { return };
-        let rs = &mut *rs;
-        let room = rs.room();
-        // SAFETY: receives into a valid, initialised slice; the descriptor is kept open by the
-        // Conn, and EOF or errors are left for the reader task to report.
-        let n = unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
-        if let Ok(n @ 1..) = usize::try_from(n) {
-            rs.filled += n;
-            if let Err(err) = self.absorb(rs) {
+        // EOF and errors are left for the reader task to report.
+        if let Ok(n @ 1..) = ffi::recv_nonblocking(fd, rs.room()) {
+            rs.advance(n);
+            if let Err(err) = self.absorb(&mut rs) {
                 self.break_with(&err);
             }
         }
@@ -221,43 +89,22 @@ impl Poller for Conn {
 
 impl Conn {
     /// Parse the complete replies in the read buffer and hand them to their waiters.
-    fn absorb(&self, rs: &mut ReadState) -> Result<()> {
-        let addr = &self.addr;
-        if rs.filled < rs.need {
-            return Ok(());
-        }
+    fn absorb(&self, rs: &mut ReadBuf) -> Result<()> {
         // Parse the complete replies first, holding only `reading`: submitters wait on
         // `state`, and must not wait for a large reply to be parsed.
         let mut values = Vec::new();
-        let mut used = 0;
         let mut failure = None;
-        rs.need = 0;
         loop {
-            let rest = &rs.buf[used..rs.filled];
-            match resp::scan(rest).and_then(|scan| match scan {
-                Scan::Complete(n) => {
-                    resp::parse(&rest[..n]).map(|v| v.map(|(value, _)| (value, n)))
-                }
-                Scan::NeedAtLeast(n) => {
-                    rs.need = n;
-                    Ok(None)
-                }
-            }) {
-                Ok(Some((value, n))) => {
-                    used += n;
-                    values.push(value);
-                }
+            match rs.next_reply() {
+                Ok(Some(value)) => values.push(value),
                 Ok(None) => break,
-                Err(resp::ParseError::Protocol(m)) => {
-                    failure = Some(Error::Connection(format!(
-                        "Redis at {addr} sent an unreadable reply ({m})"
-                    )));
+                Err(e) => {
+                    failure = Some(unreadable(&self.addr, e));
                     break;
                 }
             }
         }
-        rs.buf.copy_within(used..rs.filled, 0);
-        rs.filled -= used;
+        rs.compact();
         if values.is_empty() {
             return failure.map_or(Ok(()), Err);
         }
@@ -265,28 +112,21 @@ impl Conn {
         {
             let mut st = lock(&self.state);
             for value in values {
-                let Some(front) = st.waiting.front_mut() else {
-                    failure = Some(Error::Internal(format!(
-                        "Redis at {addr} sent a reply nobody asked for"
-                    )));
-                    break;
-                };
-                if let Replies::One = front.replies {
-                    if let Some(w) = st.waiting.pop_front() {
-                        done.push((w.slot, w.queue, value));
-                    }
-                } else {
-                    front.got.push(value);
-                    if front.got.len() == front.replies.count() {
-                        if let Some(w) = st.waiting.pop_front() {
-                            done.push((w.slot, w.queue, Value::Array(w.got)));
-                        }
+                match st.waiting.deliver(value) {
+                    Ok(Some(answered)) => done.push(answered),
+                    Ok(None) => {}
+                    Err(Unsolicited) => {
+                        failure = Some(Error::Internal(format!(
+                            "Redis at {} sent a reply nobody asked for",
+                            self.addr
+                        )));
+                        break;
                     }
                 }
             }
         }
-        for (slot, queue, value) in done {
-            slot.complete(Ok(value), &queue);
+        for (w, value) in done {
+            w.slot.complete(Ok(value), &w.queue);
         }
         failure.map_or(Ok(()), Err)
     }
@@ -298,17 +138,14 @@ impl Conn {
             st.phase = Phase::Broken;
             st.cause = Some(err.clone());
             st.outbuf = Vec::new();
-            std::mem::take(&mut st.waiting)
+            st.waiting.take_all()
         };
         // An idle writer waits on the Notify, not the socket: wake it so it sees Broken and
         // ends, releasing the connection.
         self.wake_writer.notify_one();
         if let Some(stream) = self.stream.get() {
             // Wake the other task; the descriptor stays open until the Conn is freed.
-            // SAFETY: shutdown on a descriptor we own; no memory is involved.
-            unsafe {
-                libc::shutdown(stream.fd(), libc::SHUT_RDWR);
-            }
+            ffi::shutdown(stream.fd());
         }
         for w in failed {
             w.slot.complete(Err(err.clone()), &w.queue);
@@ -333,12 +170,12 @@ impl Drop for BreakOnDrop {
 
 /// The multiplexed connection of one client, remade on demand.
 pub struct Mux {
-    config: Arc<MuxConfig>,
+    config: Arc<PlainConfig>,
     current: Mutex<Option<(u64, Arc<Conn>)>>,
 }
 
 impl Mux {
-    pub fn new(config: Arc<MuxConfig>) -> Self {
+    pub fn new(config: Arc<PlainConfig>) -> Self {
         Mux { config, current: Mutex::new(None) }
     }
 
@@ -361,14 +198,14 @@ impl Mux {
         let conn = Arc::new(Conn {
             state: Mutex::new(State {
                 phase: Phase::Connecting,
-                waiting: VecDeque::new(),
+                waiting: Fifo::new(),
                 outbuf: Vec::new(),
                 writing: false,
                 cause: None,
             }),
             wake_writer: Notify::new(),
             stream: std::sync::OnceLock::new(),
-            reading: Mutex::new(ReadState { buf: vec![0; 64 * 1024], filled: 0, need: 0 }),
+            reading: Mutex::new(ReadBuf::new(64 * 1024)),
             addr: Arc::clone(&self.config.addr),
         });
         runtime::get()?.spawn(connect(Arc::clone(&conn), Arc::clone(&self.config)));
@@ -385,28 +222,22 @@ impl Mux {
         queue: Arc<LoopQueue>,
     ) -> Result<Arc<Conn>> {
         let conn = self.conn()?;
-        if replies.count() == 0 {
-            // Nothing will answer: a waiter in the FIFO would take someone else's reply.
-            slot.complete(Ok(Value::Array(Vec::new())), &queue);
-            return Ok(conn);
-        }
         let mut st = lock(&conn.state);
         let budget = match st.phase {
             Phase::Connecting => self.config.connect_timeout + self.config.response_timeout,
             _ => self.config.response_timeout,
         };
         let was_idle = st.waiting.is_empty();
-        st.waiting.push_back(Waiting {
-            slot,
-            queue,
-            replies,
-            got: Vec::new(),
-            deadline: Instant::now() + budget,
-        });
+        let waiter = Waiter { slot, queue, deadline: Instant::now() + budget };
+        if let Some((w, nothing)) = st.waiting.push(waiter, replies) {
+            drop(st);
+            w.slot.complete(Ok(nothing), &w.queue);
+            return Ok(conn);
+        }
         match st.phase {
             Phase::Ready(fd) if was_idle && st.outbuf.is_empty() && !st.writing => {
                 // Nothing in flight: write from this thread, saving a hop to the I/O thread.
-                let sent = send_now(fd, packed);
+                let sent = ffi::send_nonblocking(fd, packed);
                 if sent < packed.len() {
                     st.outbuf.extend_from_slice(&packed[sent..]);
                     conn.wake_writer.notify_one();
@@ -441,63 +272,13 @@ impl Mux {
     }
 }
 
-/// Write what the socket takes right now without blocking; return how much that was.
-fn send_now(fd: RawFd, buf: &[u8]) -> usize {
-    // SAFETY: sends from a valid slice on a descriptor kept open by its `Conn`.
-    let n = unsafe {
-        libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-    };
-    // Errors (other than a full buffer) resurface in the writer or the reader, which own them.
-    usize::try_from(n).unwrap_or(0)
-}
-
-async fn open(config: &MuxConfig) -> std::io::Result<Stream> {
-    let stream = match &config.target {
-        Target::Tcp(host, port) => {
-            let tcp = TcpStream::connect((host.as_str(), *port)).await?;
-            tcp.set_nodelay(true)?;
-            Stream::Tcp(tcp)
-        }
-        Target::Unix(path) => Stream::Unix(UnixStream::connect(path).await?),
-    };
-    if config.handshake_replies > 0 {
-        stream.write_all(&config.handshake).await?;
-        for reply in stream.read_replies(config.handshake_replies).await? {
-            if let Value::ServerError(err) = reply {
-                let text = err.to_string();
-                let kind = if text.contains("WRONGPASS")
-                    || text.contains("NOAUTH")
-                    || text.contains("AUTH")
-                {
-                    std::io::ErrorKind::PermissionDenied
-                } else {
-                    std::io::ErrorKind::InvalidInput
-                };
-                return Err(std::io::Error::new(kind, text));
-            }
-        }
-    }
-    Ok(stream)
-}
-
-async fn connect(conn: Arc<Conn>, config: Arc<MuxConfig>) {
+async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
     let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
-    let opened = tokio::time::timeout(config.connect_timeout, open(&config)).await;
+    let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
     let stream = match opened {
         Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            let err = match e.kind() {
-                std::io::ErrorKind::PermissionDenied => Error::Connection(format!(
-                    "Authentication to Redis at {addr} failed: check the username and password"
-                )),
-                std::io::ErrorKind::InvalidInput => {
-                    Error::Response(format!("Redis at {addr} refused the connection settings: {e}"))
-                }
-                _ => Error::Connection(format!("Connection to Redis at {addr} failed: {e}")),
-            };
-            return conn.break_with(&err);
-        }
+        Ok(Err(err)) => return conn.break_with(&err),
         Err(_) => {
             return conn.break_with(&Error::Connection(format!(
                 "Connection to Redis at {addr} timed out after {:?}",
@@ -518,7 +299,7 @@ async fn connect(conn: Arc<Conn>, config: Arc<MuxConfig>) {
         // Commands queued while connecting had connect + response time; now connected, they
         // get one response timeout from here (a stalled server costs one timeout, not two).
         let answer_by = Instant::now() + config.response_timeout;
-        for w in &mut st.waiting {
+        for w in st.waiting.iter_mut() {
             w.deadline = w.deadline.min(answer_by);
         }
         if !st.outbuf.is_empty() {
@@ -593,7 +374,7 @@ async fn read_loop(conn: Arc<Conn>, addr: Arc<str>, response_timeout: Duration) 
                     "Connection to Redis at {addr} was closed by the server"
                 ))),
                 Ok(n) => {
-                    rs.filled += n;
+                    rs.advance(n);
                     conn.absorb(rs)
                 }
                 // A polling caller may have taken the bytes first.

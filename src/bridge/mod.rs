@@ -10,9 +10,9 @@
 //! tick or two then skips the loop's sleep and wake-up entirely. The polling window adapts to the
 //! latencies this loop has seen lately, and other runnable tasks run during each tick.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+mod queue;
+
+use std::sync::Arc;
 use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
@@ -20,156 +20,16 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::{intern, IntoPyObjectExt, PyTraverseError};
 
-use crate::errors::{Error, Result};
-use crate::reply::Reply;
+use crate::errors::Result;
+use crate::proto::Reply;
 
-/// Longest we poll before parking, in nanoseconds, however slow recent replies were.
-const MAX_SPIN_NS: u64 = 400_000;
-/// Starting estimate of a reply's latency.
-const INITIAL_LATENCY_NS: u64 = 60_000;
+pub use queue::{CompletionGuard, LoopQueue, Slot};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock only means another thread panicked mid-update of plain data.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Where one command's outcome meets the coroutine waiting for it.
-pub struct Slot {
-    state: Mutex<SlotState>,
-}
-
-struct SlotState {
-    outcome: Option<Result<Reply>>,
-    /// The asyncio future the awaiting task parked on, once it stopped polling.
-    waker: Option<Py<PyAny>>,
-}
-
-impl Slot {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }) })
-    }
-
-    /// Store the outcome; queue the slot on the loop if a task is parked on it.
-    pub fn complete(self: &Arc<Self>, outcome: Result<Reply>, queue: &LoopQueue) {
-        let parked = {
-            let mut state = lock(&self.state);
-            if state.outcome.is_some() {
-                return;
-            }
-            state.outcome = Some(outcome);
-            state.waker.is_some()
-        };
-        if parked {
-            queue.push(Arc::clone(self));
-        }
-    }
-
-    fn take(&self) -> Option<Result<Reply>> {
-        lock(&self.state).outcome.take()
-    }
-}
-
-/// Completes a slot with an internal error if the task that owns it ends without answering
-/// (a panic unwinding through it, or the runtime shutting down), so no awaitable hangs.
-pub struct CompletionGuard {
-    slot: Arc<Slot>,
-    queue: Arc<LoopQueue>,
-}
-
-impl CompletionGuard {
-    pub fn new(slot: Arc<Slot>, queue: Arc<LoopQueue>) -> Self {
-        CompletionGuard { slot, queue }
-    }
-
-    pub fn finish(self, outcome: Result<Reply>) {
-        self.slot.complete(outcome, &self.queue);
-        // Drop runs next and finds the slot already answered.
-    }
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        self.slot.complete(
-            Err(Error::Internal("the command's task ended without an answer".into())),
-            &self.queue,
-        );
-    }
-}
-
-/// The queue of answered slots whose tasks are parked, and the eventfd that wakes the loop.
-pub struct LoopQueue {
-    fd: OwnedFd,
-    ready: Mutex<Vec<Arc<Slot>>>,
-    /// Recent reply latency, an exponentially weighted average in nanoseconds.
-    latency_ns: AtomicU64,
-    /// Commands of this loop not yet consumed by their awaitable.
-    in_flight: AtomicUsize,
-}
-
-impl LoopQueue {
-    fn new() -> Result<Self> {
-        // SAFETY: eventfd has no memory-safety preconditions; we check the result.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::Internal(format!(
-                "eventfd failed: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        Ok(LoopQueue {
-            // SAFETY: fd is a fresh descriptor that nothing else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            ready: Mutex::new(Vec::new()),
-            latency_ns: AtomicU64::new(INITIAL_LATENCY_NS),
-            in_flight: AtomicUsize::new(0),
-        })
-    }
-
-    fn push(&self, slot: Arc<Slot>) {
-        let was_empty = {
-            let mut ready = lock(&self.ready);
-            let was_empty = ready.is_empty();
-            ready.push(slot);
-            was_empty
-        };
-        if was_empty {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a valid u64 to our own eventfd. A full counter (EAGAIN)
-            // still leaves the fd readable, which is all we need.
-            unsafe {
-                libc::write(self.fd.as_raw_fd(), std::ptr::from_ref(&one).cast(), 8);
-            }
-        }
-    }
-
-    fn take_ready(&self) -> Vec<Arc<Slot>> {
-        // Reset the counter before taking the queue: a push racing with us either lands in what
-        // we take, or finds the queue empty and writes the fd again.
-        let mut counter: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
-        unsafe {
-            libc::read(self.fd.as_raw_fd(), std::ptr::from_mut(&mut counter).cast(), 8);
-        }
-        std::mem::take(&mut *lock(&self.ready))
-    }
-
-    fn record_latency(&self, ns: u64) {
-        let old = self.latency_ns.load(Ordering::Relaxed);
-        let new = old - old / 8 + ns.min(4 * MAX_SPIN_NS) / 8;
-        self.latency_ns.store(new, Ordering::Relaxed);
-    }
-
-    /// How long an awaitable polls before parking; `own` is how many of the loop's commands
-    /// in flight its caller sent together (see `Pending.sent_with`).
-    fn spin_window_ns(&self, own: usize) -> u64 {
-        if self.in_flight.load(Ordering::Relaxed) > own {
-            // Other commands are in flight: their replies arrive in batches, one eventfd
-            // wake-up serves them all, and polling would only burn the loop's time.
-            return 0;
-        }
-        // Poll a little past the typical latency; beyond that the reply is late anyway.
-        (self.latency_ns.load(Ordering::Relaxed) * 3 / 2).min(MAX_SPIN_NS)
-    }
+/// Add the asyncio bridge's classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Bridge>()?;
+    m.add_class::<Pending>()?;
+    Ok(())
 }
 
 /// One event loop's completion channel. Python registers `fileno()` with `loop.add_reader`
@@ -198,7 +58,7 @@ impl Bridge {
 
     /// Return the eventfd to watch for readability.
     fn fileno(&self) -> i32 {
-        self.queue.fd.as_raw_fd()
+        self.queue.fd()
     }
 
     /// Resolve the futures of every parked task whose command has finished.
@@ -206,8 +66,7 @@ impl Bridge {
         // Wake every parked task even if one wake-up fails (the queue is already taken).
         let mut first_error = None;
         for slot in self.queue.take_ready() {
-            let waker = lock(&slot.state).waker.take();
-            if let Some(future) = waker {
+            if let Some(future) = slot.take_waker() {
                 let future = future.bind(py);
                 // A cancelled task's future is already done; its outcome is simply dropped.
                 let woken = future.call_method0(intern!(py, "done")).and_then(|done| {
@@ -255,7 +114,7 @@ impl Pending {
         poller: Option<Arc<dyn Poller>>,
         convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
     ) -> Self {
-        bridge.get().queue.in_flight.fetch_add(1, Ordering::Relaxed);
+        bridge.get().queue.started();
         Pending {
             slot,
             consumed: false,
@@ -283,7 +142,7 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.bridge.get().queue.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.bridge.get().queue.finished();
     }
 }
 
@@ -302,15 +161,11 @@ impl Pending {
     /// -> Pending) can be collected.
     fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         visit.call(&self.bridge)?;
-        if let Ok(state) = self.slot.state.try_lock() {
-            visit.call(&state.waker)?;
-        }
-        Ok(())
+        self.slot.traverse(&visit)
     }
 
     fn __clear__(&mut self) {
-        let waker = lock(&self.slot.state).waker.take();
-        drop(waker);
+        drop(self.slot.take_waker());
     }
 
     /// Say that this command was sent together with `others` (this one may be among them) by
@@ -360,13 +215,8 @@ impl Pending {
         let bridge = self.bridge.get();
         let event_loop = bridge.event_loop.bind(py).call0()?;
         let future = event_loop.call_method0(intern!(py, "create_future"))?;
-        {
-            let mut state = lock(&self.slot.state);
-            if let Some(outcome) = state.outcome.take() {
-                drop(state);
-                return Err(self.finish(py, outcome));
-            }
-            state.waker = Some(future.clone().unbind());
+        if let Some(outcome) = self.slot.park(future.clone().unbind()) {
+            return Err(self.finish(py, outcome));
         }
         future.setattr(intern!(py, "_asyncio_future_blocking"), true)?;
         future.into_py_any(py)

@@ -1,17 +1,25 @@
 //! The sync path's connection: a blocking socket owned by one thread, one round trip a call.
 
+mod spin;
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use crate::errors::{Error, Result};
-use crate::mux::{MuxConfig, Replies, Target};
-use crate::resp::{self, Scan};
+use crate::ffi;
+use crate::proto::read_buf::unreadable;
+use crate::proto::{ReadBuf, Replies};
 use crate::runtime;
+use crate::transport::{PlainConfig, Target};
+
+use spin::Spin;
+pub use spin::Wait;
 
 enum Socket {
     Tcp(TcpStream),
@@ -58,54 +66,12 @@ impl Socket {
 /// One thread's connection to the server.
 pub struct Blocking {
     socket: Socket,
-    /// Always initialised in full; replies are read into `buf[filled..]`.
-    buf: Vec<u8>,
-    filled: usize,
+    config: Arc<PlainConfig>,
+    buf: ReadBuf,
     spin: Spin,
 }
 
-/// How a caller waits for its reply before blocking in the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Poll on the CPU for a reply due within tens of microseconds (one server).
-    Spin,
-    /// Poll, but give the CPU away between polls: while several servers work on a fan-out,
-    /// they (on a small host) need the cores more than the waiting thread does.
-    Yield,
-}
-
-/// Longest a caller polls for its reply before sleeping in the kernel.
-const MAX_SPIN: Duration = Duration::from_micros(150);
-
-/// How long to poll for a reply before blocking: a reply that comes back within a few tens of
-/// microseconds is picked up without the sleep and wake-up of a blocking read, which on a host
-/// with idle CPUs costs more than the round trip itself. Adapts to the replies seen lately and
-/// stops polling while replies keep arriving too late for it to pay.
-struct Spin {
-    /// Recent round trips, an exponentially weighted average.
-    typical: Duration,
-    /// Calls in a row whose reply came only after polling gave up.
-    misses: u32,
-    calls: u32,
-}
-
-impl Spin {
-    fn window(&mut self) -> Duration {
-        self.calls = self.calls.wrapping_add(1);
-        // After repeated misses, poll no more, except now and then to notice faster replies.
-        if self.misses >= 4 && !self.calls.is_multiple_of(64) {
-            return Duration::ZERO;
-        }
-        (self.typical * 2).min(MAX_SPIN)
-    }
-
-    fn record(&mut self, elapsed: Duration, caught: bool) {
-        self.typical = (self.typical * 7 + elapsed.min(MAX_SPIN * 4)) / 8;
-        self.misses = if caught { 0 } else { self.misses.saturating_add(1) };
-    }
-}
-
-fn io_error(err: &std::io::Error, config: &MuxConfig, during: &str) -> Error {
+fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
     let addr = &config.addr;
     match err.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Error::Timeout(format!(
@@ -140,7 +106,7 @@ fn resolve(host: &str, port: u16, timeout: Duration, addr: &str) -> Result<Vec<S
 
 impl Blocking {
     /// Connect within the connect timeout and run the AUTH / SELECT handshake.
-    pub fn connect(config: &MuxConfig) -> Result<Self> {
+    pub fn connect(config: &Arc<PlainConfig>) -> Result<Self> {
         let addr = &config.addr;
         let refused = |e: &std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
@@ -185,33 +151,14 @@ impl Blocking {
         };
         let mut conn = Blocking {
             socket,
-            buf: vec![0; 16 * 1024],
-            filled: 0,
-            spin: Spin { typical: Duration::from_micros(40), misses: 0, calls: 0 },
+            config: Arc::clone(config),
+            buf: ReadBuf::new(16 * 1024),
+            spin: Spin::default(),
         };
-        if config.handshake_replies > 0 {
-            let replies = match conn.request(
-                &config.handshake,
-                Replies::Many(config.handshake_replies),
-                config,
-            )? {
-                Value::Array(items) => items,
-                one => vec![one],
-            };
-            for reply in replies {
-                if let Value::ServerError(err) = reply {
-                    let text = err.to_string();
-                    return Err(if text.contains("WRONGPASS") || text.contains("AUTH") {
-                        Error::Connection(format!(
-                            "Authentication to Redis at {addr} failed: check the username and password"
-                        ))
-                    } else {
-                        Error::Response(format!(
-                            "Redis at {addr} refused the connection settings: {text}"
-                        ))
-                    });
-                }
-            }
+        let handshake = &config.handshake;
+        if !handshake.is_empty() {
+            let replies = conn.request(handshake.packed(), handshake.replies())?;
+            handshake.check(replies, addr)?;
         }
         Ok(conn)
     }
@@ -219,59 +166,40 @@ impl Blocking {
     /// Whether the server closed this connection (or sent something unasked) while it sat
     /// idle: then it must not be used, and a command sent on it would be lost.
     pub fn is_stale(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: peeks at most one byte into a valid local; never blocks.
-        let n = unsafe {
-            libc::recv(
-                self.socket.fd(),
-                std::ptr::from_mut(&mut byte).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            return err.kind() != std::io::ErrorKind::WouldBlock;
-        }
-        true
+        ffi::has_pending_input(self.socket.fd())
     }
 
     /// Send packed commands and read their replies (one value, or a list of them).
-    pub fn request(&mut self, packed: &[u8], shape: Replies, config: &MuxConfig) -> Result<Value> {
-        self.send(packed, config)?;
-        self.receive(shape, config, Wait::Spin)
+    pub fn request(&mut self, packed: &[u8], shape: Replies) -> Result<Value> {
+        self.send(packed)?;
+        self.receive(shape, Wait::Spin)
     }
 
     /// Send packed commands (their replies are read by `receive`).
-    pub fn send(&mut self, packed: &[u8], config: &MuxConfig) -> Result<()> {
-        self.socket.write_all(packed).map_err(|e| io_error(&e, config, "sending"))
+    pub fn send(&mut self, packed: &[u8]) -> Result<()> {
+        self.socket.write_all(packed).map_err(|e| io_error(&e, &self.config, "sending"))
     }
 
     /// `receive`, but giving up at `deadline` if that comes before the response timeout (a
     /// fan-out over several servers waits one timeout in all, not one per server).
-    pub fn receive_by(
-        &mut self,
-        shape: Replies,
-        config: &MuxConfig,
-        deadline: Instant,
-        wait: Wait,
-    ) -> Result<Value> {
+    pub fn receive_by(&mut self, shape: Replies, deadline: Instant, wait: Wait) -> Result<Value> {
+        let timeout = self.config.response_timeout;
         let left = deadline.saturating_duration_since(Instant::now());
-        if left >= config.response_timeout {
-            return self.receive(shape, config, wait);
+        if left >= timeout {
+            return self.receive(shape, wait);
         }
         let shortened = !left.is_zero() && self.socket.set_read_timeout(left).is_ok();
         if !shortened {
             return Err(Error::Timeout(format!(
-                "Redis at {} did not answer within {:?}",
-                config.addr, config.response_timeout
+                "Redis at {} did not answer within {timeout:?}",
+                self.config.addr
             )));
         }
-        let result = self.receive(shape, config, wait);
+        let result = self.receive(shape, wait);
         if result.is_ok() {
             // Back to the usual bound (a failed connection is closed anyway).
-            if let Err(e) = self.socket.set_read_timeout(config.response_timeout) {
-                return Err(io_error(&e, config, "resetting the timeout"));
+            if let Err(e) = self.socket.set_read_timeout(timeout) {
+                return Err(io_error(&e, &self.config, "resetting the timeout"));
             }
         }
         result
@@ -279,69 +207,38 @@ impl Blocking {
 
     /// Read the replies of what `send` sent (one value, or a list of them), polling for them
     /// briefly before blocking (see `Spin` and `Wait`).
-    pub fn receive(&mut self, shape: Replies, config: &MuxConfig, wait: Wait) -> Result<Value> {
+    pub fn receive(&mut self, shape: Replies, wait: Wait) -> Result<Value> {
         let expected = shape.count();
         let started = Instant::now();
         let window = self.spin.window();
         let mut caught = window.is_zero();
         let mut missed = false;
         let mut replies = Vec::with_capacity(expected);
-        let mut used = 0;
-        // The size an incomplete reply is known to need: no re-parsing before that.
-        let mut need = 0;
         while replies.len() < expected {
-            if self.filled >= need {
-                let rest = &self.buf[used..self.filled];
-                let parsed = resp::scan(rest).and_then(|scan| match scan {
-                    Scan::Complete(n) => {
-                        resp::parse(&rest[..n]).map(|v| v.map(|(value, _)| (value, n)))
-                    }
-                    Scan::NeedAtLeast(n) => {
-                        need = used + n;
-                        Ok(None)
-                    }
-                });
-                match parsed {
-                    Ok(Some((value, n))) => {
-                        used += n;
-                        replies.push(value);
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(resp::ParseError::Protocol(m)) => {
-                        return Err(Error::Connection(format!(
-                            "Redis at {} sent an unreadable reply ({m})",
-                            config.addr
-                        )))
-                    }
+            match self.buf.next_reply() {
+                Ok(Some(value)) => {
+                    replies.push(value);
+                    continue;
                 }
+                Ok(None) => {}
+                Err(e) => return Err(unreadable(&self.config.addr, e)),
             }
-            if self.filled == self.buf.len() {
-                if used > 0 {
-                    self.buf.copy_within(used..self.filled, 0);
-                    self.filled -= used;
-                    need -= used.min(need);
-                    used = 0;
-                } else {
-                    let len = (self.buf.len() * 2).max(need);
-                    self.buf.resize(len, 0);
-                }
-            }
+            let fd = self.socket.fd();
             if !caught {
                 // Poll while the reply is likely close; the first bytes end the polling.
-                let fd = self.socket.fd();
-                let room = &mut self.buf[self.filled..];
+                let room = self.buf.room();
+                let mut got = 0;
                 loop {
-                    // SAFETY: receives into a valid, initialised slice; never blocks.
-                    let n = unsafe {
-                        libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT)
-                    };
-                    if n > 0 {
-                        self.filled += usize::try_from(n).unwrap_or(0);
-                        caught = true;
-                        break;
+                    match ffi::recv_nonblocking(fd, room) {
+                        // End of stream: the blocking read below reports it.
+                        Ok(0) => break,
+                        Ok(n) => {
+                            got = n;
+                            break;
+                        }
+                        Err(_) => {}
                     }
-                    if n == 0 || started.elapsed() >= window {
+                    if started.elapsed() >= window {
                         break;
                     }
                     match wait {
@@ -349,26 +246,26 @@ impl Blocking {
                         Wait::Yield => std::thread::yield_now(),
                     }
                 }
-                if caught {
-                    continue;
-                }
                 // From here on, wait in the kernel.
                 caught = true;
+                if got > 0 {
+                    self.buf.advance(got);
+                    continue;
+                }
                 missed = true;
             }
-            match self.socket.read(&mut self.buf[self.filled..]) {
+            match self.socket.read(self.buf.room()) {
                 Ok(0) => {
                     return Err(Error::Connection(format!(
                         "Connection to Redis at {} was closed by the server",
-                        config.addr
+                        self.config.addr
                     )))
                 }
-                Ok(n) => self.filled += n,
-                Err(e) => return Err(io_error(&e, config, "waiting for the reply")),
+                Ok(n) => self.buf.advance(n),
+                Err(e) => return Err(io_error(&e, &self.config, "waiting for the reply")),
             }
         }
-        self.buf.copy_within(used..self.filled, 0);
-        self.filled -= used;
+        self.buf.compact();
         if !window.is_zero() {
             self.spin.record(started.elapsed(), !missed);
         }

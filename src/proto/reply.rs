@@ -10,6 +10,10 @@ use crate::errors::Error;
 /// A raw server reply: one value, or one per command of a pipeline.
 pub type Reply = Value;
 
+fn reply_error(err: &redis::ServerError) -> Error {
+    Error::from_reply(err, "Redis replied with an error")
+}
+
 /// Convert any reply: nil -> None, bulk -> bytes, integer -> int, status -> str ("OK" -> True),
 /// arrays -> list. An error reply raises `ResponseError`.
 pub fn to_py(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
@@ -43,9 +47,7 @@ pub fn to_py(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
             .call1((String::from_utf8_lossy(&n).into_owned(),))?
             .unbind(),
         Value::Push { data, .. } => to_py(py, Value::Array(data))?,
-        Value::ServerError(err) => {
-            return Err(Error::Response(format!("Redis replied with an error: {err}")).into())
-        }
+        Value::ServerError(err) => return Err(reply_error(&err).into()),
         other => return Err(Error::Internal(format!("unexpected reply {other:?}")).into()),
     })
 }
@@ -59,9 +61,7 @@ pub fn to_py_results(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
             for item in items {
                 let converted = match item {
                     Value::ServerError(err) => {
-                        PyErr::from(Error::Response(format!("Redis replied with an error: {err}")))
-                            .into_value(py)
-                            .into_any()
+                        PyErr::from(reply_error(&err)).into_value(py).into_any()
                     }
                     other => to_py(py, other)?,
                 };

@@ -1,0 +1,121 @@
+//! Every `unsafe` libc call of the crate, each behind a safe function.
+//!
+//! The descriptors passed in are borrowed: the callers keep them open for the duration of
+//! the call (a socket owned by its connection, an eventfd owned by its queue).
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// Receive into `buf` without blocking: `Ok(0)` is end of stream, `WouldBlock` no data yet.
+pub fn recv_nonblocking(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid, initialised, writable slice of `buf.len()` bytes for the
+    // whole call; MSG_DONTWAIT keeps the call from blocking. A bad descriptor is an error.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Whether a socket that should be idle has something to say: data nobody asked for, end of
+/// stream or an error. Never blocks and consumes nothing.
+pub fn has_pending_input(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: peeks at most one byte into a valid local; MSG_DONTWAIT keeps it from blocking.
+    let n = unsafe {
+        libc::recv(fd, std::ptr::from_mut(&mut byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+    };
+    n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
+}
+
+/// Send what the socket takes right now without blocking (and without SIGPIPE); return how
+/// much that was. Errors count as nothing sent: the connection's reader or writer reports them.
+pub fn send_nonblocking(fd: RawFd, buf: &[u8]) -> usize {
+    // SAFETY: `buf` is a valid, readable slice of `buf.len()` bytes for the whole call.
+    let n = unsafe {
+        libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// Shut a socket down both ways, waking whoever waits on it; the descriptor stays open.
+pub fn shutdown(fd: RawFd) {
+    // SAFETY: shutdown takes no memory; on a bad descriptor it fails harmlessly.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+/// A new non-blocking, close-on-exec eventfd with a zero counter.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no memory; the result is checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Add one to an eventfd's counter, making it readable. A full counter (EAGAIN) still leaves
+/// it readable, which is all callers need, so the result is ignored.
+pub fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes the 8 bytes of a valid local u64, the size an eventfd expects.
+    unsafe {
+        libc::write(fd, std::ptr::from_ref(&one).cast(), 8);
+    }
+}
+
+/// Reset an eventfd's counter to zero (non-blocking: a zero counter is left as it is).
+pub fn eventfd_reset(fd: RawFd) {
+    let mut counter: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a valid local u64; the eventfd is non-blocking.
+    unsafe {
+        libc::read(fd, std::ptr::from_mut(&mut counter).cast(), 8);
+    }
+}
+
+/// Run `child` in the child process after every `fork()`. `child` must be async-signal-safe
+/// (touch atomics only).
+pub fn on_fork_in_child(child: extern "C" fn()) {
+    // SAFETY: registers a plain function pointer; no memory is handed over.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(child));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    #[test]
+    fn recv_reports_no_data_data_and_end_of_stream() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut buf = [0u8; 8];
+        let err = recv_nonblocking(b.as_raw_fd(), &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        assert!(!has_pending_input(b.as_raw_fd()));
+        a.write_all(b"hi").unwrap();
+        assert!(has_pending_input(b.as_raw_fd()));
+        assert_eq!(recv_nonblocking(b.as_raw_fd(), &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"hi");
+        drop(a);
+        assert!(has_pending_input(b.as_raw_fd()));
+        assert_eq!(recv_nonblocking(b.as_raw_fd(), &mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn eventfd_signals_until_reset() {
+        use std::io::Read;
+        let fd = eventfd().unwrap();
+        let raw = fd.as_raw_fd();
+        eventfd_signal(raw);
+        eventfd_signal(raw);
+        eventfd_reset(raw);
+        let mut file = std::fs::File::from(fd);
+        let err = file.read(&mut [0u8; 8]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    }
+}

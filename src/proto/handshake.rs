@@ -1,0 +1,133 @@
+//! What every new connection sends before its first command (AUTH, SELECT, READONLY as
+//! configured), and how its replies are judged: by which command failed, not by their text.
+
+use redis::{Pipeline, Value};
+
+use crate::errors::{Error, Result};
+use crate::proto::Replies;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Auth,
+    Select,
+    ReadOnly,
+}
+
+/// The packed handshake of one server's connections.
+pub struct Handshake {
+    packed: Vec<u8>,
+    /// The command each reply answers, in order.
+    steps: Vec<Step>,
+}
+
+impl Handshake {
+    /// AUTH when there is a password, SELECT for a database other than 0, READONLY to read
+    /// from a cluster replica.
+    pub fn new(username: Option<&str>, password: Option<&str>, db: i64, readonly: bool) -> Self {
+        let mut pipe = Pipeline::new();
+        let mut steps = Vec::new();
+        if let Some(password) = password {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = username {
+                auth.arg(user);
+            }
+            pipe.add_command(auth.arg(password).clone());
+            steps.push(Step::Auth);
+        }
+        if db != 0 {
+            pipe.add_command(redis::cmd("SELECT").arg(db).clone());
+            steps.push(Step::Select);
+        }
+        if readonly {
+            pipe.add_command(redis::cmd("READONLY"));
+            steps.push(Step::ReadOnly);
+        }
+        Handshake { packed: pipe.get_packed_pipeline(), steps }
+    }
+
+    /// Whether there is nothing to send (a connection is ready as soon as it is open).
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// The bytes to write.
+    pub fn packed(&self) -> &[u8] {
+        &self.packed
+    }
+
+    /// The replies the handshake gets.
+    pub fn replies(&self) -> Replies {
+        Replies::Many(self.steps.len())
+    }
+
+    /// Judge the handshake's replies (a list, one per command): a refused AUTH, or a server
+    /// asking for one (NOAUTH), is bad credentials; any other error reply is a setting the
+    /// server refused.
+    pub fn check(&self, replies: Value, addr: &str) -> Result<()> {
+        let replies = match replies {
+            Value::Array(items) => items,
+            one => vec![one],
+        };
+        for (step, reply) in self.steps.iter().zip(&replies) {
+            let Value::ServerError(err) = reply else { continue };
+            return Err(if *step == Step::Auth || err.code() == "NOAUTH" {
+                Error::Connection(format!(
+                    "Authentication to Redis at {addr} failed: check the username and password"
+                ))
+            } else {
+                Error::from_reply(err, &format!("Redis at {addr} refused the connection settings"))
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(text: &[u8]) -> Value {
+        redis::parse_redis_value(text).unwrap()
+    }
+
+    #[test]
+    fn sends_only_what_is_configured() {
+        let none = Handshake::new(Some("user"), None, 0, false);
+        assert!(none.is_empty());
+        let all = Handshake::new(Some("user"), Some("pw"), 2, true);
+        assert_eq!(all.replies(), Replies::Many(3));
+        let text = String::from_utf8_lossy(all.packed()).into_owned();
+        assert!(text.starts_with("*3\r\n$4\r\nAUTH\r\n$4\r\nuser\r\n$2\r\npw\r\n"), "{text}");
+        assert!(text.contains("SELECT\r\n$1\r\n2\r\n"), "{text}");
+        assert!(text.ends_with("*1\r\n$8\r\nREADONLY\r\n"), "{text}");
+    }
+
+    #[test]
+    fn a_failed_auth_is_bad_credentials_whatever_its_text() {
+        let hs = Handshake::new(None, Some("pw"), 1, false);
+        let replies = Value::Array(vec![reply(b"-ERR some new wording\r\n"), Value::Okay]);
+        let err = hs.check(replies, "h:1").unwrap_err();
+        assert!(
+            matches!(&err, Error::Connection(m) if m == "Authentication to Redis at h:1 failed: check the username and password"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_refused_setting_is_a_response_error_with_its_code() {
+        let hs = Handshake::new(None, Some("pw"), 99, false);
+        let replies = Value::Array(vec![Value::Okay, reply(b"-ERR DB index is out of range\r\n")]);
+        let err = hs.check(replies, "h:1").unwrap_err();
+        let Error::Response { code, message, .. } = &err else { panic!("{err:?}") };
+        assert_eq!(code, "ERR");
+        assert_eq!(
+            message,
+            "Redis at h:1 refused the connection settings: ERR DB index is out of range"
+        );
+        // A SELECT refused because the server wants a password is about credentials.
+        let hs = Handshake::new(None, None, 3, false);
+        let err = hs.check(reply(b"-NOAUTH Authentication required.\r\n"), "h:1").unwrap_err();
+        assert!(matches!(err, Error::Connection(_)), "{err:?}");
+        assert!(hs.check(Value::Array(vec![Value::Okay]), "h:1").is_ok());
+    }
+}

@@ -1,0 +1,304 @@
+//! The `Client` pyclass: one per cache configuration per process, shared by every backend
+//! instance. Sync calls run on a connection owned by the calling thread, with the GIL released;
+//! async calls go through the process' shared connection and complete through a `Bridge`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use redis::io::tcp::TcpSettings;
+use redis::{IntoConnectionInfo, Pipeline, Value};
+
+use crate::bridge::{Bridge, Pending, Slot};
+use crate::errors::{guard, Error};
+use crate::proto::command::{command_from, pipeline_from, push_arg, set_cmd};
+use crate::proto::reply::{self, Reply};
+use crate::proto::Request;
+use crate::runtime;
+use crate::transport::{exec_sync, Timeouts, TlsOptions, Transport};
+
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How a Python reply is made from the server's.
+type Convert = fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>;
+
+/// Add the class to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()
+}
+
+/// A connection to one Redis/Valkey server for one configuration.
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct Client {
+    /// Names this client's connection in each thread's registry.
+    pub(crate) id: u64,
+    /// host:port or socket path, for messages: never credentials.
+    addr: Arc<str>,
+    pub(crate) transport: Transport,
+}
+
+fn secs(name: &str, value: f64) -> PyResult<Duration> {
+    if value.is_finite() && value > 0.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{name} must be a positive number of seconds, got {value}"
+        )))
+    }
+}
+
+impl Client {
+    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
+        let reply = py.detach(|| exec_sync(self.id, &self.transport, &req))?;
+        convert(py, reply)
+    }
+
+    fn run_async(&self, bridge: Py<Bridge>, req: Request, convert: Convert) -> PyResult<Pending> {
+        let slot = Slot::new();
+        let queue = Arc::clone(&bridge.get().queue);
+        let poller = self.transport.submit(req, Arc::clone(&slot), queue)?;
+        Ok(Pending::new(slot, bridge, poller, convert))
+    }
+
+    /// Run several commands in one round trip; `convert` makes the Python reply.
+    fn run_pipeline(
+        &self,
+        py: Python<'_>,
+        commands: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+        convert: Convert,
+    ) -> PyResult<Py<PyAny>> {
+        let pipe = pipeline_from(commands)?;
+        if pipe.is_empty() {
+            // Nothing to send: the answer is an empty list, now (awaitable when asked for).
+            let Some(bridge) = bridge else {
+                return Ok(PyList::empty(py).into_any().unbind());
+            };
+            let slot = Slot::new();
+            slot.complete(Ok(Value::Array(Vec::new())), &bridge.get().queue);
+            return Ok(Py::new(py, Pending::new(slot, bridge, None, convert))?.into_any());
+        }
+        self.run(py, bridge, Request::Pipe(pipe), convert)
+    }
+
+    fn run(
+        &self,
+        py: Python<'_>,
+        bridge: Option<Py<Bridge>>,
+        req: Request,
+        convert: Convert,
+    ) -> PyResult<Py<PyAny>> {
+        match bridge {
+            None => self.run_sync(py, req, convert),
+            Some(bridge) => Ok(Py::new(py, self.run_async(bridge, req, convert)?)?.into_any()),
+        }
+    }
+}
+
+#[pymethods]
+impl Client {
+    /// Describe a server; nothing connects until the first command.
+    #[new]
+    /// `readonly` sends READONLY after connecting: reads from a cluster replica.
+    /// The `tls_*` arguments apply to `rediss://` URLs: PEM bytes of the CA certificates and
+    /// of a client certificate and key, whether to verify the server's certificate at all,
+    /// and whether it must name the host.
+    #[pyo3(signature = (
+        url, *, connect_timeout, response_timeout, username=None, password=None, db=None,
+        readonly=false, tls_ca_certs=None, tls_certfile=None, tls_keyfile=None, tls_verify=true,
+        tls_check_hostname=true,
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn new(
+        url: &str,
+        connect_timeout: f64,
+        response_timeout: f64,
+        username: Option<&str>,
+        password: Option<&str>,
+        db: Option<i64>,
+        readonly: bool,
+        tls_ca_certs: Option<Vec<u8>>,
+        tls_certfile: Option<Vec<u8>>,
+        tls_keyfile: Option<Vec<u8>>,
+        tls_verify: bool,
+        tls_check_hostname: bool,
+    ) -> PyResult<Self> {
+        guard(|| {
+            runtime::watch_forks();
+            // Never the URL itself in a message: it may hold a password.
+            let info = url.into_connection_info().map_err(|e| {
+                Error::Config(format!("cannot parse the LOCATION URL: {}", e.category()))
+            })?;
+            let mut redis_settings = info.redis_settings().clone();
+            if let Some(u) = username {
+                redis_settings = redis_settings.set_username(u);
+            }
+            if let Some(p) = password {
+                redis_settings = redis_settings.set_password(p);
+            }
+            if let Some(db) = db {
+                redis_settings = redis_settings.set_db(db);
+            }
+            // No CLIENT SETINFO: a connection without AUTH or SELECT then needs no handshake at all.
+            redis_settings = redis_settings.set_skip_set_lib_name();
+            let addr: Arc<str> = info.addr().to_string().into();
+            let info = info
+                .set_redis_settings(redis_settings)
+                .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+            let tls = TlsOptions {
+                ca_certs: tls_ca_certs,
+                certfile: tls_certfile,
+                keyfile: tls_keyfile,
+                verify: tls_verify,
+                check_hostname: tls_check_hostname,
+            };
+            let timeouts = Timeouts {
+                connect: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
+                response: secs("SOCKET_TIMEOUT", response_timeout)?,
+            };
+            let transport = Transport::open(info, tls, readonly, timeouts, &addr)?;
+            Ok(Client { id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed), addr, transport })
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<redoxide Client {}>", self.addr)
+    }
+
+    /// The server's address (host:port or socket path), without credentials.
+    #[getter]
+    fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// GET key -> bytes or None. With `bridge`, return an awaitable instead.
+    #[pyo3(signature = (key, bridge=None))]
+    fn get(&self, py: Python<'_>, key: &str, bridge: Option<Py<Bridge>>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let mut cmd = redis::cmd("GET");
+            cmd.arg(key);
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
+        })
+    }
+
+    /// SET key value [PX ttl_ms] [NX|XX] -> whether it was stored.
+    #[pyo3(signature = (key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let cmd = set_cmd(key, value, ttl_ms, nx, xx);
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py_bool)
+        })
+    }
+
+    /// MGET keys -> a list of bytes or None, in order.
+    #[pyo3(signature = (keys, bridge=None))]
+    fn mget(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let mut cmd = redis::cmd("MGET");
+            for key in keys.try_iter()? {
+                push_arg(&mut cmd, &key?)?;
+            }
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
+        })
+    }
+
+    /// Store several values in one round trip: MSET, or one SET PX each when they expire.
+    #[pyo3(signature = (keys, values, ttl_ms=None, bridge=None))]
+    fn set_many(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+        ttl_ms: Option<u64>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+            let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
+            if keys.len() != values.len() {
+                return Err(PyValueError::new_err("keys and values differ in length"));
+            }
+            if keys.is_empty() {
+                return Err(PyValueError::new_err("set_many needs at least one key"));
+            }
+            let req = match ttl_ms {
+                None => {
+                    let mut cmd = redis::cmd("MSET");
+                    for (k, v) in keys.iter().zip(&values) {
+                        push_arg(&mut cmd, k)?;
+                        push_arg(&mut cmd, v)?;
+                    }
+                    Request::Cmd(cmd)
+                }
+                Some(ms) => {
+                    let mut pipe = Pipeline::with_capacity(keys.len());
+                    for (k, v) in keys.iter().zip(&values) {
+                        let mut cmd = redis::cmd("SET");
+                        push_arg(&mut cmd, k)?;
+                        push_arg(&mut cmd, v)?;
+                        cmd.arg("PX").arg(ms.max(1));
+                        pipe.add_command(cmd);
+                    }
+                    Request::Pipe(pipe)
+                }
+            };
+            self.run(py, bridge, req, reply::to_py)
+        })
+    }
+
+    /// Run any command: `execute(("HSET", key, field, value))`.
+    #[pyo3(signature = (args, bridge=None))]
+    fn execute(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let cmd = command_from(args)?;
+            self.run(py, bridge, Request::Cmd(cmd), reply::to_py)
+        })
+    }
+
+    /// Run several commands in one round trip (not a transaction); return their replies.
+    /// An error reply raises `ResponseError`.
+    #[pyo3(signature = (commands, bridge=None))]
+    fn pipeline(
+        &self,
+        py: Python<'_>,
+        commands: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.run_pipeline(py, commands, bridge, reply::to_py))
+    }
+
+    /// Like `pipeline`, but an error reply comes back in the list as a `ResponseError`
+    /// instance instead of being raised (a failed round trip still raises).
+    #[pyo3(signature = (commands, bridge=None))]
+    fn pipeline_results(
+        &self,
+        py: Python<'_>,
+        commands: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.run_pipeline(py, commands, bridge, reply::to_py_results))
+    }
+}

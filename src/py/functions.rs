@@ -1,0 +1,196 @@
+//! The module's functions: compression, cluster hash slots, the sync fan-out, and a panic
+//! for the tests.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use crate::codec::{lz4, zstd};
+use crate::errors::{guard, Result};
+use crate::proto::command::pipeline_from;
+use crate::proto::reply;
+use crate::py::client::Client;
+use crate::slots::slot;
+use crate::transport::{fanout_sync, Call};
+
+/// Inputs at least this long are (de)compressed with the GIL released; below it the
+/// release and re-acquire would cost more than the work.
+const DETACH_THRESHOLD: usize = 4 * 1024;
+
+/// Add the functions to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(lz4_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(lz4_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(zstd_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(zstd_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(fanout, m)?)?;
+    m.add_function(wrap_pyfunction!(key_slot, m)?)?;
+    m.add_function(wrap_pyfunction!(key_slots, m)?)?;
+    Ok(())
+}
+
+/// Raise `InternalError` from inside Rust, to prove a panic never crashes the interpreter.
+#[pyfunction]
+pub fn panic_for_tests() -> PyResult<()> {
+    guard(|| panic!("deliberate panic for the tests"))
+}
+
+/// Run `f`, without the GIL when `heavy`; panics become `InternalError`.
+fn run<T: Send>(py: Python<'_>, heavy: bool, f: impl FnOnce() -> Result<T> + Send) -> PyResult<T> {
+    guard(|| {
+        let result = if heavy { py.detach(f) } else { f() };
+        result.map_err(PyErr::from)
+    })
+}
+
+/// Decode into a new bytes object: straight into it when the size is declared.
+fn decode_into_bytes<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    claimed: Option<usize>,
+    exact: impl FnOnce(&mut [u8]) -> Result<bool> + Send,
+    growing: impl FnOnce() -> Result<Vec<u8>> + Send,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let heavy = data.len() >= DETACH_THRESHOLD;
+    if let Some(size) = claimed {
+        let mut complete = true;
+        let bytes = PyBytes::new_with(py, size, |buf| {
+            complete = run(py, heavy || size >= 4 * DETACH_THRESHOLD, || exact(buf))?;
+            Ok(())
+        })?;
+        if complete {
+            return Ok(bytes);
+        }
+    }
+    // No declared size: the output may be large whatever the input length.
+    let out = run(py, true, growing)?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Compress `data` into one LZ4 frame (the format of python-lz4's `lz4.frame.compress`).
+///
+/// `level` is accepted for symmetry with `zstd_compress`; lz4_flex implements LZ4's default
+/// fast mode only (python-lz4's level 0), so it is ignored.
+#[pyfunction]
+#[pyo3(signature = (data, level = 0))]
+pub fn lz4_compress<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    level: i32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let _ = level;
+    let out = run(py, data.len() >= DETACH_THRESHOLD, || lz4::lz4_frame_compress(data))?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Decompress one LZ4 frame; raise `SerializationError` if it is invalid, truncated or would
+/// exceed `max_size` bytes.
+#[pyfunction]
+pub fn lz4_decompress<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    max_size: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let header = &lz4::lz4_header(data)?;
+    let claimed = lz4::claimed_size(data, header, max_size)?;
+    decode_into_bytes(
+        py,
+        data,
+        claimed,
+        |buf| lz4::lz4_decompress_exact(data, header, buf).map(|()| true),
+        || lz4::lz4_decompress_growing(data, header, max_size),
+    )
+}
+
+/// Compress `data` into one zstd frame at `level` (zstd's default is 3).
+#[pyfunction]
+#[pyo3(signature = (data, level = 3))]
+pub fn zstd_compress<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    level: i32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let out = run(py, data.len() >= DETACH_THRESHOLD, || zstd::zstd_frame_compress(data, level))?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Decompress zstd frames; raise `SerializationError` if they are invalid, truncated or would
+/// exceed `max_size` bytes.
+#[pyfunction]
+pub fn zstd_decompress<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    max_size: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let claimed = zstd::claimed_size(data, max_size)?;
+    decode_into_bytes(
+        py,
+        data,
+        claimed,
+        |buf| zstd::zstd_decompress_exact(data, buf),
+        || zstd::zstd_decompress_growing(data, max_size),
+    )
+}
+
+fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    if let Ok(s) = key.cast::<PyString>() {
+        Ok(s.to_str()?.as_bytes())
+    } else if let Ok(b) = key.cast::<PyBytes>() {
+        Ok(b.as_bytes())
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "a key must be str or bytes, not {}",
+            key.get_type().name()?
+        )))
+    }
+}
+
+/// The cluster hash slot of a key (str or bytes), honouring `{hash tags}`.
+#[pyfunction]
+pub fn key_slot(key: &Bound<'_, PyAny>) -> PyResult<u16> {
+    guard(|| Ok(slot(key_bytes(key)?)))
+}
+
+/// The hash slots of several keys, in order.
+#[pyfunction]
+pub fn key_slots<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    guard(|| {
+        let mut slots = Vec::new();
+        for key in keys.try_iter()? {
+            slots.push(slot(key_bytes(&key?)?));
+        }
+        PyList::new(keys.py(), slots)
+    })
+}
+
+/// Run one pipeline per (client, commands) pair, all at once: every request is written before
+/// any reply is read, so the servers work in parallel. Return, in order, each one's replies
+/// (a list in which an error reply is a `ResponseError` instance) or, for a pipeline that
+/// failed as a whole (connection lost, timeout), the exception instance. Raises nothing for
+/// the servers' sake: the caller decides what to retry.
+#[pyfunction]
+pub fn fanout<'py>(
+    py: Python<'py>,
+    calls: Vec<(Py<Client>, Bound<'py, PyAny>)>,
+) -> PyResult<Bound<'py, PyList>> {
+    guard(|| {
+        let mut parts = Vec::with_capacity(calls.len());
+        for (client, commands) in &calls {
+            let client = client.get();
+            parts.push(Call {
+                id: client.id,
+                transport: &client.transport,
+                pipe: pipeline_from(commands)?,
+            });
+        }
+        let outcomes = py.detach(|| fanout_sync(&parts));
+        let out = PyList::empty(py);
+        for outcome in outcomes {
+            match outcome {
+                Ok(reply) => out.append(reply::to_py_results(py, reply)?)?,
+                Err(err) => out.append(PyErr::from(err).into_value(py))?,
+            }
+        }
+        Ok(out)
+    })
+}

@@ -1,0 +1,154 @@
+//! The connections to one server, behind one `Transport`: our own sockets for TCP and unix
+//! servers (a blocking one per thread for sync calls, one multiplexed per process for async
+//! calls), or redis-rs' for TLS.
+
+mod blocking;
+mod fanout;
+mod mux;
+mod thread_conns;
+mod tls;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo};
+
+use crate::bridge::{LoopQueue, Poller, Slot};
+use crate::errors::{Error, Result};
+use crate::proto::handshake::Handshake;
+use crate::proto::{Reply, Request};
+
+pub use fanout::{fanout_sync, Call};
+pub use thread_conns::exec_sync;
+pub use tls::TlsOptions;
+
+/// Where a plain server is.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Tcp(String, u16),
+    Unix(PathBuf),
+}
+
+/// Settings for every plain connection made to one server.
+pub struct PlainConfig {
+    pub target: Target,
+    /// Sent first on every connection.
+    pub handshake: Handshake,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    /// host:port or path, for messages: never credentials.
+    pub addr: Arc<str>,
+}
+
+/// How one client reaches its server.
+pub enum Transport {
+    /// TCP or a unix socket, on our own connections.
+    Plain { config: Arc<PlainConfig>, mux: mux::Mux },
+    /// TLS, on redis-rs' connections (boxed: redis-rs' client is large).
+    Tls(Box<tls::TlsTransport>),
+}
+
+/// Connection timeouts, validated.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub response: Duration,
+}
+
+impl Transport {
+    /// The transport for a parsed LOCATION (credentials and database already applied).
+    /// `readonly` sends READONLY on every connection (reads from a cluster replica).
+    pub fn open(
+        info: ConnectionInfo,
+        tls: TlsOptions,
+        readonly: bool,
+        timeouts: Timeouts,
+        addr: &Arc<str>,
+    ) -> Result<Self> {
+        let target = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => Target::Tcp(host.clone(), *port),
+            ConnectionAddr::Unix(path) => Target::Unix(path.clone()),
+            _ => {
+                return tls::TlsTransport::open(info, tls, timeouts, addr)
+                    .map(|t| Transport::Tls(Box::new(t)))
+            }
+        };
+        if !tls.is_default() {
+            return Err(Error::Config(format!(
+                "the SSL_* options need a rediss:// or valkeys:// LOCATION, not one for {addr}"
+            )));
+        }
+        let settings = info.redis_settings();
+        let handshake =
+            Handshake::new(settings.username(), settings.password(), settings.db(), readonly);
+        let config = Arc::new(PlainConfig {
+            target,
+            handshake,
+            connect_timeout: timeouts.connect,
+            response_timeout: timeouts.response,
+            addr: Arc::clone(addr),
+        });
+        Ok(Transport::Plain { mux: mux::Mux::new(Arc::clone(&config)), config })
+    }
+
+    pub fn response_timeout(&self) -> Duration {
+        match self {
+            Transport::Plain { config, .. } => config.response_timeout,
+            Transport::Tls(tls) => tls.timeouts.response,
+        }
+    }
+
+    /// A new blocking connection, for one thread.
+    fn connect(&self) -> Result<Link> {
+        match self {
+            Transport::Plain { config, .. } => blocking::Blocking::connect(config).map(Link::Plain),
+            Transport::Tls(tls) => tls.connect().map(Link::Tls),
+        }
+    }
+
+    /// Send a request on the process' shared connection; its outcome lands in `slot`.
+    /// Return the connection, if a caller waiting for the reply may poll it.
+    pub fn submit(
+        &self,
+        req: Request,
+        slot: Arc<Slot>,
+        queue: Arc<LoopQueue>,
+    ) -> Result<Option<Arc<dyn Poller>>> {
+        match self {
+            Transport::Plain { mux, .. } => {
+                let (packed, replies) = req.pack();
+                let conn: Arc<dyn Poller> = mux.submit(&packed, replies, slot, queue)?;
+                Ok(Some(conn))
+            }
+            Transport::Tls(tls) => tls.submit(req, slot, queue).map(|()| None),
+        }
+    }
+}
+
+/// One thread's blocking connection to a server.
+enum Link {
+    Plain(blocking::Blocking),
+    Tls(tls::TlsLink),
+}
+
+impl Link {
+    /// Whether the server closed the connection (or sent something unasked) while it sat idle.
+    fn is_stale(&self) -> bool {
+        match self {
+            Link::Plain(conn) => conn.is_stale(),
+            Link::Tls(_) => false,
+        }
+    }
+
+    /// One round trip.
+    fn send(&mut self, req: &Request) -> Result<Reply> {
+        match self {
+            Link::Plain(conn) => {
+                let (packed, replies) = req.pack();
+                conn.request(&packed, replies)
+            }
+            Link::Tls(conn) => conn.send(req),
+        }
+    }
+}

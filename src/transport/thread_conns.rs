@@ -1,0 +1,145 @@
+//! Each thread's blocking connections, one per client it has used (closed when the thread
+//! exits), and the retry policy of a sync call.
+
+use std::cell::RefCell;
+
+use crate::errors::{Error, Result};
+use crate::proto::{Reply, Request};
+use crate::runtime;
+use crate::transport::{Link, Transport};
+
+struct ThreadConn {
+    client_id: u64,
+    /// The fork generation the connection was made in.
+    generation: u64,
+    link: Link,
+}
+
+/// The connections of the calling thread.
+#[derive(Default)]
+pub struct ThreadConns(Vec<ThreadConn>);
+
+thread_local! {
+    static CONNS: RefCell<ThreadConns> = RefCell::new(ThreadConns::default());
+}
+
+/// Run `f` on this thread's connections; `None` if the thread is shutting down.
+pub fn with<T>(f: impl FnOnce(&RefCell<ThreadConns>) -> T) -> Option<T> {
+    CONNS.try_with(f).ok()
+}
+
+/// Whether an error leaves the connection out of step with the server: never reuse it then.
+pub fn breaks_connection(err: &Error) -> bool {
+    matches!(err, Error::Connection(_) | Error::Timeout(_) | Error::Internal(_))
+}
+
+/// Whether a failed request is sent once more on a new connection: a read that met a
+/// connection closed under it (one that sat in the pool, not one just made).
+fn may_replay(err: &Error, reused: bool, req: &Request) -> bool {
+    reused && matches!(err, Error::Connection(_)) && req.is_idempotent()
+}
+
+impl ThreadConns {
+    /// This thread's connection for a client: its position, and whether it was reused (not
+    /// just made). Made on first use; remade if stale or from before a fork.
+    fn position(
+        &mut self,
+        id: u64,
+        transport: &Transport,
+        generation: u64,
+    ) -> Result<(usize, bool)> {
+        let conns = &mut self.0;
+        match conns.iter().position(|c| c.client_id == id) {
+            Some(i) if conns[i].generation == generation && !conns[i].link.is_stale() => {
+                Ok((i, true))
+            }
+            found => {
+                if let Some(i) = found {
+                    let old = conns.swap_remove(i);
+                    if old.generation != generation {
+                        // Inherited across fork(): the socket is the parent's too.
+                        std::mem::forget(old);
+                    }
+                }
+                conns.push(ThreadConn { client_id: id, generation, link: transport.connect()? });
+                Ok((conns.len() - 1, false))
+            }
+        }
+    }
+
+    /// This thread's connection for a client, made if needed (see `position`).
+    pub fn link(&mut self, id: u64, transport: &Transport, generation: u64) -> Result<&mut Link> {
+        let (at, _) = self.position(id, transport, generation)?;
+        Ok(&mut self.0[at].link)
+    }
+
+    /// The connection this thread already has for a client.
+    pub fn find(&mut self, id: u64) -> Option<&mut Link> {
+        self.0.iter_mut().find(|c| c.client_id == id).map(|c| &mut c.link)
+    }
+
+    /// Close this thread's connection of a client (it may be out of step with the server).
+    pub fn remove(&mut self, id: u64) {
+        if let Some(at) = self.0.iter().position(|c| c.client_id == id) {
+            self.0.swap_remove(at);
+        }
+    }
+}
+
+/// Run one request on this thread's connection to a client's server (made on first use,
+/// remade after errors).
+pub fn exec_sync(id: u64, transport: &Transport, req: &Request) -> Result<Reply> {
+    let generation = runtime::generation();
+    with(|cell| {
+        let mut conns = cell.borrow_mut();
+        let (at, reused) = conns.position(id, transport, generation)?;
+        let mut result = conns.0[at].link.send(req);
+        if let Err(err) = &result {
+            if breaks_connection(err) {
+                conns.0.swap_remove(at);
+                if may_replay(err, reused, req) {
+                    let mut link = transport.connect()?;
+                    result = link.send(req);
+                    if !matches!(result, Err(Error::Connection(_) | Error::Timeout(_))) {
+                        conns.0.push(ThreadConn { client_id: id, generation, link });
+                    }
+                }
+            }
+        }
+        result
+    })
+    .unwrap_or_else(|| Err(Error::Internal("thread is shutting down".into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get() -> Request {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg("k");
+        Request::Cmd(cmd)
+    }
+
+    #[test]
+    fn only_transport_failures_break_the_connection() {
+        assert!(breaks_connection(&Error::Connection("x".into())));
+        assert!(breaks_connection(&Error::Timeout("x".into())));
+        assert!(breaks_connection(&Error::Internal("x".into())));
+        assert!(!breaks_connection(&Error::other_response("x".into())));
+        assert!(!breaks_connection(&Error::Decode("x".into())));
+    }
+
+    #[test]
+    fn only_reads_on_a_reused_connection_that_broke_are_replayed() {
+        let broke = Error::Connection("closed".into());
+        assert!(may_replay(&broke, true, &get()));
+        // A connection just made that fails is the server being away: no second try.
+        assert!(!may_replay(&broke, false, &get()));
+        // A timeout may have run the command already.
+        assert!(!may_replay(&Error::Timeout("slow".into()), true, &get()));
+        let mut incr = redis::cmd("INCR");
+        incr.arg("k");
+        assert!(!may_replay(&broke, true, &Request::Cmd(incr)));
+    }
+}

@@ -1,0 +1,192 @@
+//! TLS servers (`rediss://`), through redis-rs: a blocking `redis::Connection` per thread and
+//! one reconnecting `ConnectionManager` per process for async calls.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
+
+use crate::bridge::{CompletionGuard, LoopQueue, Slot};
+use crate::errors::{Error, Result};
+use crate::proto::{Reply, Request};
+use crate::runtime;
+use crate::transport::Timeouts;
+
+/// TLS settings for a `rediss://` server (OPTIONS `SSL_*`); certificates and key as PEM.
+pub struct TlsOptions {
+    pub ca_certs: Option<Vec<u8>>,
+    pub certfile: Option<Vec<u8>>,
+    pub keyfile: Option<Vec<u8>>,
+    pub verify: bool,
+    pub check_hostname: bool,
+}
+
+impl TlsOptions {
+    /// Whether nothing was set (the only settings a plain server accepts).
+    pub fn is_default(&self) -> bool {
+        self.ca_certs.is_none()
+            && self.certfile.is_none()
+            && self.keyfile.is_none()
+            && self.verify
+            && self.check_hostname
+    }
+}
+
+pub struct TlsTransport {
+    client: redis::Client,
+    pub timeouts: Timeouts,
+    addr: Arc<str>,
+    /// The reconnecting connection for async traffic, and the fork generation it belongs to.
+    aio: Mutex<Option<(u64, ConnectionManager)>>,
+}
+
+/// One thread's blocking TLS connection.
+pub struct TlsLink {
+    conn: redis::Connection,
+    addr: Arc<str>,
+}
+
+impl TlsTransport {
+    /// Build the redis-rs client for a `rediss://` address with the TLS settings.
+    pub fn open(
+        info: ConnectionInfo,
+        tls: TlsOptions,
+        timeouts: Timeouts,
+        addr: &Arc<str>,
+    ) -> Result<Self> {
+        let invalid =
+            |e: RedisError| Error::Config(format!("invalid LOCATION for {addr}: {}", e.category()));
+        let ConnectionAddr::TcpTls { host, port, insecure, tls_params } = info.addr().clone()
+        else {
+            return Err(Error::Internal(format!("{addr} is not a TLS address")));
+        };
+        // Verification off (SSL_CERT_REQS none) is redis-rs' "insecure" address, as `#insecure`.
+        let insecure = insecure || !tls.verify;
+        let info = info.set_addr(ConnectionAddr::TcpTls { host, port, insecure, tls_params });
+        let client_tls = match (tls.certfile, tls.keyfile) {
+            (Some(client_cert), Some(client_key)) => {
+                Some(redis::ClientTlsConfig { client_cert, client_key })
+            }
+            (None, None) => None,
+            _ => {
+                return Err(Error::Config(
+                    "SSL_CERTFILE and SSL_KEYFILE must be given together".to_owned(),
+                ))
+            }
+        };
+        let mut client = if client_tls.is_some() || tls.ca_certs.is_some() {
+            let certs = redis::TlsCertificates { client_tls, root_cert: tls.ca_certs };
+            // Certificate errors name the file's role, never its contents.
+            redis::Client::build_with_tls(info, certs)
+                .map_err(|e| Error::Config(format!("invalid TLS certificate or key: {e}")))?
+        } else {
+            redis::Client::open(info).map_err(invalid)?
+        };
+        if !tls.check_hostname && !insecure {
+            // SSL_CHECK_HOSTNAME False: the certificate must still chain to a trusted CA.
+            let mut addr = client.get_connection_info().addr().clone();
+            addr.set_danger_accept_invalid_hostnames(true);
+            client = redis::Client::open(client.get_connection_info().clone().set_addr(addr))
+                .map_err(invalid)?;
+        }
+        Ok(TlsTransport { client, timeouts, addr: Arc::clone(addr), aio: Mutex::new(None) })
+    }
+
+    fn fail(&self, err: &RedisError) -> Error {
+        Error::from_redis(err, &self.addr)
+    }
+
+    /// A new blocking connection.
+    pub fn connect(&self) -> Result<TlsLink> {
+        let connect_timeout = self.timeouts.connect;
+        let conn = self.client.get_connection_with_timeout(connect_timeout).map_err(|e| {
+            match self.fail(&e) {
+                // Not answering the connect (or the handshake) is the server being away.
+                Error::Timeout(_) => Error::Connection(format!(
+                    "Connection to Redis at {} timed out after {connect_timeout:?}",
+                    self.addr
+                )),
+                other => other,
+            }
+        })?;
+        conn.set_read_timeout(Some(self.timeouts.response)).map_err(|e| self.fail(&e))?;
+        conn.set_write_timeout(Some(self.timeouts.response)).map_err(|e| self.fail(&e))?;
+        Ok(TlsLink { conn, addr: Arc::clone(&self.addr) })
+    }
+
+    /// The multiplexed connection for async traffic, made on first use in this process.
+    fn aio_conn(&self) -> Result<ConnectionManager> {
+        let generation = runtime::generation();
+        let mut aio = self.aio.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((g, manager)) = aio.as_ref() {
+            if *g == generation {
+                return Ok(manager.clone());
+            }
+        }
+        if let Some(stale) = aio.take() {
+            // The parent's connection, driven by a runtime that does not exist here.
+            std::mem::forget(stale);
+        }
+        let rt = runtime::get()?;
+        let _entered = rt.enter();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeouts.connect))
+            .set_response_timeout(Some(self.timeouts.response))
+            .set_number_of_retries(0);
+        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|e| self.fail(&e))?;
+        *aio = Some((generation, manager.clone()));
+        Ok(manager)
+    }
+
+    /// Run a request on the I/O runtime; its outcome lands in `slot`.
+    pub fn submit(&self, req: Request, slot: Arc<Slot>, queue: Arc<LoopQueue>) -> Result<()> {
+        let mut conn = self.aio_conn()?;
+        let rt = runtime::get()?;
+        let completion = CompletionGuard::new(slot, queue);
+        let addr = Arc::clone(&self.addr);
+        // A hard bound over reconnecting plus answering, in case any layer below misbehaves.
+        let limit = self.timeouts.connect + self.timeouts.response + Duration::from_millis(250);
+        rt.spawn(async move {
+            let work = async {
+                let mut result = send_async(&mut conn, &req).await;
+                if let Err(err) = &result {
+                    if err.is_connection_dropped() && req.is_idempotent() {
+                        result = send_async(&mut conn, &req).await;
+                    }
+                }
+                result
+            };
+            let outcome = match tokio::time::timeout(limit, work).await {
+                Ok(result) => result.map_err(|e| Error::from_redis(&e, &addr)),
+                Err(_) => Err(Error::Timeout(format!("Redis at {addr} did not answer in time"))),
+            };
+            completion.finish(outcome);
+        });
+        Ok(())
+    }
+}
+
+impl TlsLink {
+    /// One round trip.
+    pub fn send(&mut self, req: &Request) -> Result<Reply> {
+        let result = match req {
+            Request::Cmd(cmd) => self.conn.req_command(cmd),
+            Request::Pipe(pipe) => self
+                .conn
+                .req_packed_commands(&pipe.get_packed_pipeline(), 0, pipe.len())
+                .map(Value::Array),
+        };
+        result.map_err(|e| Error::from_redis(&e, &self.addr))
+    }
+}
+
+async fn send_async(conn: &mut ConnectionManager, req: &Request) -> redis::RedisResult<Reply> {
+    match req {
+        Request::Cmd(cmd) => conn.send_packed_command(cmd).await,
+        Request::Pipe(pipe) => {
+            conn.send_packed_commands(pipe, 0, pipe.len()).await.map(Value::Array)
+        }
+    }
+}
