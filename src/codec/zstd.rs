@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 
+use zstd::zstd_safe::zstd_sys::ZSTD_ErrorCode;
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter, InBuffer, OutBuffer};
 
 use super::{check_claim, decode_err};
@@ -67,7 +68,11 @@ pub fn zstd_decompress_exact(data: &[u8], out: &mut [u8]) -> Result<bool> {
     match result {
         Ok(n) if n == out.len() => Ok(true),
         Ok(n) => Err(decode_err("zstd", format!("{n} bytes, not the {} declared", out.len()))),
-        Err(code) if zstd_safe::get_error_name(code).contains("too small") => Ok(false),
+        Err(code)
+            if zstd_safe::is_error_kind(code, ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall) =>
+        {
+            Ok(false)
+        }
         Err(code) => Err(zstd_err(code)),
     }
 }

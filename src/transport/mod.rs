@@ -152,3 +152,53 @@ impl Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use redis::IntoConnectionInfo;
+
+    use super::*;
+
+    const TIMEOUTS: Timeouts =
+        Timeouts { connect: Duration::from_secs(1), response: Duration::from_secs(1) };
+
+    fn options() -> TlsOptions {
+        TlsOptions {
+            ca_certs: None,
+            certfile: None,
+            keyfile: None,
+            verify: true,
+            check_hostname: true,
+        }
+    }
+
+    fn open(url: &str, tls: TlsOptions) -> Result<Transport> {
+        let info = url.into_connection_info().unwrap();
+        let addr: Arc<str> = info.addr().to_string().into();
+        Transport::open(info, tls, false, TIMEOUTS, &addr)
+    }
+
+    #[test]
+    fn plain_and_tls_urls_choose_their_transport() {
+        assert!(matches!(
+            open("redis://:pw@127.0.0.1:1/2", options()),
+            Ok(Transport::Plain { .. })
+        ));
+        assert!(matches!(open("unix:///tmp/r.sock", options()), Ok(Transport::Plain { .. })));
+        assert!(matches!(open("rediss://127.0.0.1:1", options()), Ok(Transport::Tls(_))));
+    }
+
+    #[test]
+    fn tls_settings_on_a_plain_url_are_refused_without_echoing_the_url() {
+        let tls = TlsOptions { verify: false, ..options() };
+        let Err(err) = open("redis://user:secret@127.0.0.1:1/0", tls) else { panic!() };
+        assert!(matches!(&err, Error::Config(m) if m.contains("127.0.0.1:1")), "{err:?}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key() {
+        let tls = TlsOptions { certfile: Some(b"pem".to_vec()), ..options() };
+        assert!(matches!(open("rediss://127.0.0.1:1", tls), Err(Error::Config(_))));
+    }
+}
