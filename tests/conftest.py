@@ -1,38 +1,46 @@
-"""Shared fixtures: real redis-server processes and redoxide caches on them.
+"""Shared fixtures: real redis-server processes, redoxide caches on them, sync/async dispatch.
 
-Imports: tests/ is deliberately not a package (no __init__.py), so pytest's default
-"prepend" import mode puts tests/ on sys.path and helpers import by bare module name:
+Layout: a folder per concern (contract/, api/, values/, config/, topologies/, reliability/,
+security/, connections/, packaging/) and one support package, support/ (servers, the backend
+under test, sync/async dispatch, network fakes, secrets). Test files have no __init__.py and
+every test file has a basename of its own, so pytest's default "prepend" import mode imports
+each under its bare name. This directory is put on sys.path (below, and by prepend mode
+itself), so tests import their helpers as
 
-    from redis_server import RedisServer, free_port
-    from conftest import BACKEND, build_cache
+    from support.backend import BACKEND, build_cache
+    from support.dispatch import Ops
+    from support.servers import RedisServer, free_port
 
-The backend under test is the single constant BACKEND. Set REDOXIDE_TEST_BACKEND to run the
-same suite against another backend with the same semantics, e.g.
-REDOXIDE_TEST_BACKEND=django.core.cache.backends.redis.RedisCache (Django's builtin), which is
-how the contract suites check themselves.
+Fixtures live here only (never import from a conftest); a concern's own fixtures live in its
+folder's conftest.py. Every ``mode`` test runs once through the sync methods and once through
+their async twins (support/dispatch.py).
 """
 
 from __future__ import annotations
 
-import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import django
 import pytest
 from django.conf import settings
-from redis_server import RedisServer
 
-BACKEND = os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide.RedisCache")
-# The topology the Django contract runs on: standalone (default), cluster or sentinel.
-TOPOLOGY = os.environ.get("REDOXIDE_TEST_TOPOLOGY", "standalone")
-BUILTIN_BACKEND = "django.core.cache.backends.redis.RedisCache"
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support.backend import TOPOLOGY, build_cache, topology_settings
+from support.dispatch import MODES, Ops
+from support.secrecy import SECRET
+from support.servers import Cluster, RedisServer, ReplicaSet, SentinelSet
 
 # Django cache parameters that live beside OPTIONS; make_cache() puts every other
 # keyword argument into OPTIONS.
 CACHE_PARAMS = frozenset({"TIMEOUT", "KEY_PREFIX", "VERSION", "KEY_FUNCTION", "OPTIONS"})
 
-# The Django contract (test_contract.py) downloads and extracts Django's own tests here.
+# The Django contract (contract/test_contract.py) downloads and extracts Django's own tests
+# here.
 collect_ignore_glob = ["_django_contract/*"]
 
 if not settings.configured:
@@ -47,41 +55,7 @@ if not settings.configured:
     django.setup()
 
 
-def is_redoxide() -> bool:
-    """Return True when the backend under test is redoxide (not a reference backend)."""
-    return BACKEND.startswith("redoxide.")
-
-
-def backend_response_error() -> type[Exception]:
-    """Return the exception the backend raises for a Redis error reply (e.g. INCR on text)."""
-    if is_redoxide():
-        from redoxide.exceptions import ResponseError
-
-        return ResponseError
-    from redis.exceptions import ResponseError as RedisPyResponseError
-
-    return RedisPyResponseError
-
-
-def backend_incr_type_error() -> type[Exception]:
-    """Return the exception incr()/decr() raise for a stored value that is not a number.
-
-    Django's RedisCacheTests expects redis-py's ResponseError: the builtin sends INCR and the
-    server refuses a pickled value. redoxide answers that refusal like django-redis does, by
-    reading, adding and writing back (so pickled floats can be incremented), which makes
-    incr(None) raise Python's own TypeError, the default of Django's BaseCacheTests.
-    """
-    if is_redoxide():
-        return TypeError
-    return backend_response_error()
-
-
-def build_cache(location: str | list[str], params: dict[str, Any] | None = None) -> Any:
-    """Return a BACKEND instance built the way Django's CacheHandler builds one."""
-    from django.utils.module_loading import import_string
-
-    backend_cls = import_string(BACKEND)
-    return backend_cls(location, dict(params or {}))
+# -- servers -------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -89,46 +63,6 @@ def redis_server() -> Iterator[RedisServer]:
     """Yield one redis-server shared by the whole session (flush it in your test)."""
     with RedisServer() as server:
         yield server
-
-
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Any]:
-    """Yield one 6-node cluster (3 primaries, 3 replicas) shared by the session."""
-    from topologies import Cluster
-
-    with Cluster() as running:
-        yield running
-
-
-@pytest.fixture(scope="session")
-def sentinel_set() -> Iterator[Any]:
-    """Yield one sentinel set (a primary, 2 replicas, 3 sentinels) shared by the session."""
-    from topologies import SentinelSet
-
-    with SentinelSet() as running:
-        yield running
-
-
-def topology_settings(topology: str, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """LOCATION and OPTIONS of a cache on `topology` (starting its servers if needed)."""
-    if topology == "cluster":
-        running = request.getfixturevalue("cluster")
-        return {"LOCATION": running.urls[:2], "OPTIONS": {"CLUSTER": True}}
-    if topology == "sentinel":
-        running = request.getfixturevalue("sentinel_set")
-        return {
-            "LOCATION": f"redis://{running.service}/0",
-            "OPTIONS": {"SENTINELS": running.sentinel_addresses},
-        }
-    if topology == "standalone":
-        return {"LOCATION": request.getfixturevalue("redis_server").url}
-    raise ValueError(f"unknown REDOXIDE_TEST_TOPOLOGY {topology!r}")
-
-
-@pytest.fixture(scope="module")
-def contract_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """LOCATION and OPTIONS for the Django contract: REDOXIDE_TEST_TOPOLOGY's servers."""
-    return topology_settings(TOPOLOGY, request)
 
 
 @pytest.fixture
@@ -139,6 +73,52 @@ def fresh_redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def auth_server() -> Iterator[RedisServer]:
+    """Yield a server of this test's own with requirepass SECRET and an ACL user alice
+    (password SECRET)."""
+    with RedisServer(password=SECRET) as server:
+        server.cli("ACL", "SETUSER", "alice", "on", f">{SECRET}", "~*", "+@all")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def acl_server() -> Iterator[RedisServer]:
+    """Yield a server whose default user needs SECRET; alice may do anything, bob may not
+    FLUSHDB and may only touch keys under allowed:*."""
+    with RedisServer(password=SECRET) as server:
+        server.cli("ACL", "SETUSER", "alice", "on", f">{SECRET}", "~*", "+@all")
+        server.cli("ACL", "SETUSER", "bob", "on", f">{SECRET}", "~allowed:*", "+@all", "-flushdb")
+        yield server
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """Yield one 6-node cluster (3 primaries, 3 replicas) shared by the session."""
+    with Cluster() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sentinel_set() -> Iterator[SentinelSet]:
+    """Yield one sentinel set (a primary, 2 replicas, 3 sentinels) shared by the session."""
+    with SentinelSet() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def replica_set() -> Iterator[tuple[RedisServer, list[RedisServer]]]:
+    """Yield a primary and two replicas (no sentinels), for LOCATION lists."""
+    with ReplicaSet() as running:
+        yield running.primary, running.replicas
+
+
+@pytest.fixture(scope="module")
+def contract_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Return LOCATION and OPTIONS for the Django contract: REDOXIDE_TEST_TOPOLOGY's servers."""
+    return topology_settings(TOPOLOGY, request)
+
+
+@pytest.fixture
 def redis_client(redis_server: RedisServer) -> Iterator[Any]:
     """Yield a redis-py client on redis_server (db 0) to inspect raw keys, values and TTLs."""
     import redis
@@ -146,6 +126,9 @@ def redis_client(redis_server: RedisServer) -> Iterator[Any]:
     client = redis.Redis(host="127.0.0.1", port=redis_server.port, db=0)
     yield client
     client.close()
+
+
+# -- caches --------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -183,3 +166,18 @@ def make_cache(redis_server: RedisServer) -> Iterator[Callable[..., Any]]:
 def cache(make_cache: Callable[..., Any]) -> Any:
     """Return a BACKEND instance on redis_server with default settings, on an empty server."""
     return make_cache()
+
+
+# -- sync/async dispatch -------------------------------------------------------------------------
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Return "sync" or "async": the test runs once with each (see support/dispatch.py)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def ops(cache: Any, mode: str) -> Ops:
+    """Return the default cache's methods, called sync or through their async twins."""
+    return Ops(cache, mode)

