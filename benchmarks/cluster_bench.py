@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cluster_bench.py [--runs N] [--ops N] [--busy]
 
-Starts a throwaway cluster (3 primaries, 3 replicas; tests/topologies.py) and one standalone
+Starts a throwaway cluster (3 primaries, 3 replicas; tests/support/servers.py) and one standalone
 redis-server, all on loopback. Contenders run interleaved, run by run; each figure is the
 median over the runs, so the ratios compare measurements taken in the same minutes:
 
@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # the cluster fixture of the test suite
 
 import django  # noqa: E402
 from django.conf import settings  # noqa: E402
@@ -41,9 +40,8 @@ if not settings.configured:
     settings.configure(CACHES={}, INSTALLED_APPS=[])
     django.setup()
 
-from redis_server import RedisServer  # noqa: E402
 from redoxide._redoxide import key_slot  # noqa: E402
-from topologies import Cluster  # noqa: E402
+from servers import Cluster, RedisServer  # noqa: E402
 
 IN_FLIGHT = 50
 
