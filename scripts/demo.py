@@ -1,9 +1,10 @@
 """Show redoxide serving a Django project: ``make demo`` runs this.
 
-Start a throwaway redis-server and the example project (examples/demo_site) under uvicorn,
-each on a free loopback port; send requests to the sync and the async view, first one at a
-time and then in a concurrent burst; print the responses, the counters and how many
-connections the server saw; then stop both processes by pid, also on error or Ctrl-C.
+Start a throwaway redis-server (the test suite's, tests/support/servers.py) and the example
+project (examples/demo_site) under uvicorn, each on a free loopback port; send requests to
+the sync and the async view, first one at a time and then in a concurrent burst; print the
+responses, the counters and how many connections the server saw; then stop both processes by
+pid, also on error or Ctrl-C.
 
 Set REDOXIDE_BACKEND to run the same project on another backend, for example
 ``REDOXIDE_BACKEND=django.core.cache.backends.redis.RedisCache``.
@@ -15,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +32,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.servers import REDIS_SERVER, RedisServer, free_port  # noqa: E402
+
 BACKEND = os.environ.get("REDOXIDE_BACKEND", "redoxide.RedisCache")
 SEQUENTIAL = 3  # requests per view, one at a time
 BURST = 60  # requests in the concurrent burst, half per view
@@ -41,20 +45,6 @@ START_TIMEOUT = 30.0
 
 class DemoError(Exception):
     pass
-
-
-def free_ports(count: int) -> list[int]:
-    """Return `count` distinct TCP ports that nothing listens on on 127.0.0.1."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def stop(proc: subprocess.Popen[bytes], name: str) -> None:
@@ -106,25 +96,33 @@ def tail(log: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def redis_cli(port: int, *args: str) -> str:
-    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-    cmd = [cli, "-h", "127.0.0.1", "-p", str(port), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True).stdout
-
-
-def redis_ready(port: int) -> bool:
+@contextmanager
+def redis_server() -> Iterator[RedisServer]:
+    """Run a throwaway redis-server and always stop it (by its pid)."""
+    server = RedisServer()
+    # A SIGTERM to the demo itself waits until the server is gone (see __main__).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        return redis_cli(port, "PING").strip() == "PONG"
-    except subprocess.SubprocessError:
-        return False
+        server.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    name = f"redis-server on 127.0.0.1:{server.port}"
+    pid = server.pid
+    print(f"  started {name} (pid {pid})")
+    try:
+        yield server
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            server.stop()
+            print(f"  stopped {name} (pid {pid})")
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def connected_clients(port: int) -> int:
-    """Return the server's connected_clients, not counting the redis-cli asking."""
-    for line in redis_cli(port, "INFO", "clients").splitlines():
-        if line.startswith("connected_clients:"):
-            return int(line.partition(":")[2]) - 1
-    raise DemoError("INFO clients has no connected_clients field")
+def connected_clients(server: RedisServer) -> int:
+    """Return the server's client connections, not counting the redis-cli asking."""
+    return server.client_count()
 
 
 def fetch(base: str, path: str) -> dict[str, Any]:
@@ -150,7 +148,7 @@ def describe(response: dict[str, Any]) -> str:
     )
 
 
-def run_requests(base: str, redis_port: int) -> int:
+def run_requests(base: str, redis: RedisServer) -> int:
     """Exercise both views and check the results; return the number of problems found."""
     problems = 0
     responses: list[dict[str, Any]] = []
@@ -161,7 +159,7 @@ def run_requests(base: str, redis_port: int) -> int:
             response = fetch(base, path)
             responses.append(response)
             print("  " + describe(response))
-    print(f"  server connections now: {connected_clients(redis_port)}")
+    print(f"  server connections now: {connected_clients(redis)}")
 
     print(f"\n== burst: {BURST} concurrent requests ({BURST_THREADS} client threads) ==")
     peak = 0
@@ -170,7 +168,7 @@ def run_requests(base: str, redis_port: int) -> int:
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, connected_clients(redis_port))
+            peak = max(peak, connected_clients(redis))
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -200,7 +198,7 @@ def run_requests(base: str, redis_port: int) -> int:
     for error in errors[:5]:
         print(f"  error: {error}")
     problems += len(errors)
-    now = connected_clients(redis_port)
+    now = connected_clients(redis)
     print(f"  server connections: peak during the burst {peak}, now {now}")
 
     print("\n== results ==")
@@ -237,32 +235,20 @@ def run_requests(base: str, redis_port: int) -> int:
 
 
 def main() -> int:
-    redis_server = shutil.which("redis-server")
-    if redis_server is None:
-        print("redis-server not found: run `make install` (Debian package redis-server)")
+    if shutil.which(REDIS_SERVER) is None:
+        print(f"{REDIS_SERVER} not found: run `make install` (Debian package redis-server)")
         return 2
-    redis_port, http_port = free_ports(2)
-    base = f"http://127.0.0.1:{http_port}"
     workdir = Path(tempfile.mkdtemp(prefix="redoxide-demo-"))
     print(f"redoxide demo: backend {BACKEND}")
     try:
-        redis_log = workdir / "redis.log"
-        redis_args = [
-            redis_server,
-            "--port", str(redis_port),
-            "--bind", "127.0.0.1",
-            "--daemonize", "no",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(workdir),
-        ]  # fmt: skip
-        with process(f"redis-server on 127.0.0.1:{redis_port}", redis_args, redis_log) as redis:
-            wait_until(lambda: redis_ready(redis_port), redis, "redis-server", redis_log)
+        with redis_server() as redis:
+            http_port = free_port()  # after the server has bound its own port
+            base = f"http://127.0.0.1:{http_port}"
             env = {
                 **os.environ,
                 "DJANGO_SETTINGS_MODULE": "demo_site.settings",
                 "REDOXIDE_BACKEND": BACKEND,
-                "REDOXIDE_URL": f"redis://127.0.0.1:{redis_port}/0",
+                "REDOXIDE_URL": redis.url,
                 "PYTHONUNBUFFERED": "1",
             }
             uvicorn_log = workdir / "uvicorn.log"
@@ -278,7 +264,7 @@ def main() -> int:
             with process(f"uvicorn on {base}", uvicorn_args, uvicorn_log, env=env) as uvicorn:
                 wait_until(lambda: http_ready(base), uvicorn, "uvicorn", uvicorn_log)
                 try:
-                    problems = run_requests(base, redis_port)
+                    problems = run_requests(base, redis)
                 except urllib.error.HTTPError as exc:
                     raise DemoError(f"{exc.url} answered {exc.code}:\n{tail(uvicorn_log)}") from exc
                 if problems and tail(uvicorn_log).strip():
@@ -286,7 +272,7 @@ def main() -> int:
         print()
         print("demo OK" if not problems else f"demo FAILED: {problems} problem(s)")
         return 1 if problems else 0
-    except DemoError as exc:
+    except (DemoError, RuntimeError) as exc:
         print(f"demo FAILED: {exc}")
         return 1
     finally:
