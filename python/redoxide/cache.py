@@ -22,6 +22,7 @@ from redoxide._bridges import bridge as _bridge
 from redoxide._expiry import ExpiryMixin
 from redoxide._patterns import PatternsMixin, glob_escape
 from redoxide._protocols import ClientLike
+from redoxide._structures import StructuresMixin
 from redoxide._values import ValuesMixin
 from redoxide.compressors import IdentityCompressor
 from redoxide.exceptions import CrossSlotError, ResponseError
@@ -93,7 +94,7 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
 setting_changed.connect(_settings_changed)
 
 
-class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, LockMixin, BaseCache):
+class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockMixin, BaseCache):
     """A Django cache backend for Redis and Valkey with a Rust core and native async."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
