@@ -1,0 +1,532 @@
+"""Full-stack benchmark: Django under real servers, wrk for load, peers in the same run.
+
+    .venv-bench312/bin/python benchmarks/fullstack.py            # 3 rounds, 8 s cells (~50 min)
+    .venv-bench312/bin/python benchmarks/fullstack.py --quick    # 1 round, 3 s cells (~8 min)
+    .venv-bench312/bin/python benchmarks/fullstack.py --quick --servers granian-asgi \\
+        --backends redoxide --conditions loopback                # a smoke cell
+    .venv-bench312/bin/python benchmarks/fullstack.py --redraw results.json  # tables + chart again
+
+The venv (`make bench-fullstack` builds it): ``$(pyenv root)/versions/3.12.*/bin/python -m venv
+.venv-bench312``, then pip install django granian uvicorn uvloop httptools django-vcache
+django-valkey "valkey[libvalkey]" django-redis redis hiredis matplotlib, and a .pth file
+pointing at this checkout's python/ (the compiled module is abi3); wrk is Debian's ``wrk``.
+
+Run it with the interpreter of a venv that has Django, granian, uvicorn and the peers
+(django-vcache needs Python >= 3.12): the app servers are started with the same interpreter,
+so every backend is measured on one Python. A throwaway redis-server on a free loopback
+port; a generated Django project (fullstack_project.py) served by granian ASGI (2 workers),
+uvicorn (1 worker), granian WSGI (2 workers x 4 threads, and x 1 thread); wrk with 64
+keep-alive connections and 2 threads drives each (server, view, backend) cell after a
+warm-up. Rounds interleave the backends; figures are medians over rounds. Two network
+conditions: loopback, and a proxy that delays each direction (fullstack_proxy.py).
+Per cell: req/s, p50/p99, non-2xx, CPU per request of the app processes and of redis-server,
+the cache's share of it (minus the no-cache view), RSS, and server connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from fullstack_project import write_project
+from fullstack_proxy import DelayProxy, ping_rtt_ms
+from fullstack_report import BASELINE_NAME, REFERENCE, Config, Run, chart, medians, ratios, report
+from fullstack_tools import (
+    CONNECTIONS,
+    WRK,
+    WRK_THREADS,
+    Monitor,
+    cpu_seconds,
+    http_get,
+    process_tree,
+    rss_bytes,
+    wrk,
+)
+
+# The one import of the shared server support (it may move: fix it here only).
+from servers import RedisServer, free_port, redis_server_version
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+SAMPLE_EVERY = 0.5  # seconds between connected_clients samples during a cell
+PACKAGES = (
+    "django",
+    "granian",
+    "uvicorn",
+    "uvloop",
+    "httptools",
+    "redoxide",
+    "django-vcache",
+    "django-valkey",
+    "valkey",
+    "libvalkey",
+    "django-redis",
+    "redis",
+    "hiredis",
+)
+
+
+@dataclass(frozen=True)
+class ServerMode:
+    name: str
+    kind: str  # "async" (ASGI views) or "sync" (WSGI views)
+    label: str
+
+    def command(self, port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        if self.name == "uvicorn":
+            return [
+                *(sys.executable, "-m", "uvicorn", "benchsite.asgi:application", *host),
+                *("--loop", "uvloop", "--http", "httptools", "--lifespan", "off"),
+                "--no-access-log",
+                *("--log-level", "warning"),
+            ]
+        granian = [sys.executable, "-m", "granian", *host, "--workers", "2"]
+        granian += ["--no-ws", "--log-level", "warning"]
+        if self.kind == "async":
+            return [
+                *granian,
+                "--interface",
+                "asginl",
+                "--loop",
+                "uvloop",
+                "benchsite.asgi:application",
+            ]
+        threads = self.name.rsplit("-", 1)[1].rstrip("t")
+        return [
+            *granian,
+            "--interface",
+            "wsgi",
+            "--blocking-threads",
+            threads,
+            "benchsite.wsgi:application",
+        ]
+
+
+SERVERS = {
+    s.name: s
+    for s in (
+        ServerMode("granian-asgi", "async", "granian ASGI, 2 workers"),
+        ServerMode("uvicorn", "async", "uvicorn, 1 worker (uvloop, httptools)"),
+        ServerMode("granian-wsgi-4t", "sync", "granian WSGI, 2 workers x 4 threads"),
+        ServerMode("granian-wsgi-1t", "sync", "granian WSGI, 2 workers x 1 thread"),
+    )
+}
+
+LABELS = {name: mode.label for name, mode in SERVERS.items()}
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    async_class: str  # BACKEND under ASGI
+    sync_class: str  # BACKEND under WSGI
+
+    def backend(self, kind: str) -> str:
+        return self.async_class if kind == "async" else self.sync_class
+
+
+def _same(name: str, path: str) -> Backend:
+    return Backend(name, path, path)
+
+
+BACKENDS = {
+    b.name: b
+    for b in (
+        _same("redoxide", "redoxide.RedisCache"),
+        # Defaults, as its README configures it: msgpack serializer, one multiplexed connection.
+        _same("django-vcache", "django_vcache.backend.ValkeyCache"),
+        Backend(
+            "django-valkey",
+            "django_valkey.async_cache.cache.AsyncValkeyCache",
+            "django_valkey.cache.ValkeyCache",
+        ),
+        _same("django-redis", "django_redis.cache.RedisCache"),
+        _same("django", "django.core.cache.backends.redis.RedisCache"),
+    )
+}
+BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
+VIEWS = ("six", "read", "base")
+CONDITIONS = ("loopback", "delay")
+
+
+class AppServer:
+    """One app server process (and its workers), started in the foreground, stopped by pid."""
+
+    def __init__(self, mode: ServerMode, project: Path, env: dict[str, str]) -> None:
+        self.mode = mode
+        self.project = project
+        self.port = free_port()
+        self.log_path = project / f"server-{self.port}.log"
+        self.env = {**os.environ, **env, "PYTHONPATH": str(project), "PYTHONUNBUFFERED": "1"}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, view: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{self.mode.kind}/{view}/"
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.mode.command(self.port),
+                cwd=self.project,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while http_get(self.url("base"))[0] != 200:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.mode.name} did not start: {self.log_tail()}")
+            time.sleep(0.1)
+        # Every worker must be up before the CPU of the tree means anything.
+        time.sleep(0.5)
+
+    def pids(self) -> list[int]:
+        return process_tree(self.proc.pid) if self.proc is not None else []
+
+    def log_tail(self, chars: int = 600) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:].strip()
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM the main process, then SIGKILL whatever of its tree is left, by pid."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        tree = process_tree(proc.pid)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for pid in tree[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def measure(app: AppServer, monitor: Monitor, view: str, seconds: float) -> dict[str, float]:
+    """Time one wrk window; return its figures with CPU, RSS and connections around it."""
+    pids = app.pids()
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(SAMPLE_EVERY):
+            samples.append(monitor.clients()[0])
+
+    clients0, received0 = monitor.clients()
+    app0, redis0 = cpu_seconds(pids), monitor.cpu()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = wrk(app.url(view), seconds)
+    finally:
+        done.set()
+        sampler.join()
+    app1, redis1 = cpu_seconds(pids), monitor.cpu()  # the same processes as before
+    clients1, received1 = monitor.clients()
+    n = max(result["requests"], 1.0)
+    pids = app.pids()
+    result.update(
+        app_cpu_us=(app1 - app0) / n * 1e6,
+        redis_cpu_us=(redis1 - redis0) / n * 1e6,
+        rss_mib=rss_bytes(pids) / 2**20,
+        processes=float(len(pids)),
+        conns_max=float(max([clients0, clients1, *samples])),
+        conns_end=float(clients1),
+        conns_opened=float(received1 - received0),
+    )
+    return result
+
+
+def run_group(
+    run: Run,
+    monitor: Monitor,
+    project: Path,
+    condition: str,
+    location_port: int,
+    mode: ServerMode,
+    backend: Backend,
+    views: Sequence[str],
+) -> None:
+    """Start mode's server on backend, set the keys up, measure each view, stop it."""
+    config = run.config
+    env = {
+        "BENCH_BACKEND": backend.backend(mode.kind),
+        "BENCH_LOCATION": f"redis://127.0.0.1:{location_port}/0",
+        "BENCH_KEY_PREFIX": "fs-" + re.sub(r"\W", "", backend.name),
+    }
+    app = AppServer(mode, project, env)
+    tag = f"{condition}/{mode.name}/{backend.name}"
+    try:
+        app.start()
+        status, body = (200, "") if backend is BASELINE else http_get(app.url("setup"))
+        if status != 200:
+            raise RuntimeError(f"setup answered {status} {body[:80]!r}: {app.log_tail()}")
+        for view in views:
+            wrk(app.url(view), config.warmup)
+            cell = measure(app, monitor, view, config.seconds)
+            run.cells.setdefault(Run.key(condition, mode.name, view, backend.name), []).append(cell)
+            print(
+                f"  {tag:<42} {view:<5} {cell['rps']:8.0f} req/s  p99 {cell['p99_ms']:6.1f} ms"
+                f"  app {cell['app_cpu_us']:5.0f} us  redis {cell['redis_cpu_us']:4.0f} us"
+                f"  conns {cell['conns_max']:.0f}"
+                + (f"  NON-2XX {cell['non2xx']:.0f}" if cell["non2xx"] else ""),
+                flush=True,
+            )
+            if cell["non2xx"] and tag not in run.notes:
+                run.notes[tag] = f"non-2xx answers; server log: {app.log_tail(300)}"
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        run.notes.setdefault(tag, str(exc)[:400])
+        print(f"  {tag}: FAILED: {str(exc)[:200]}", flush=True)
+    finally:
+        app.stop()
+
+
+def run_all(run: Run) -> None:
+    config = run.config
+    cache_views = [v for v in config.views if v != "base"]
+    with RedisServer() as redis, contextlib.ExitStack() as stack:
+        monitor = Monitor(redis.port)
+        stack.callback(monitor.close)
+        project = Path(tempfile.mkdtemp(prefix="redoxide-fullstack-"))
+        stack.callback(shutil.rmtree, project, True)
+        write_project(project)
+        ports = {"loopback": redis.port}
+        run.proxy_rtt_ms["loopback"] = ping_rtt_ms(redis.port)
+        if "delay" in config.conditions:
+            proxy = DelayProxy(redis.port, config.delay_ms).start()
+            stack.callback(proxy.stop)
+            ports["delay"] = proxy.port
+            run.proxy_rtt_ms["delay"] = ping_rtt_ms(proxy.port)
+        print(f"PING round trip (ms): {run.proxy_rtt_ms}", flush=True)
+        backends = [BACKENDS[name] for name in config.backends]
+        for r in range(config.rounds):
+            # Rotate the backend order each round so none always runs first.
+            order = backends[r % len(backends) :] + backends[: r % len(backends)]
+            for condition in config.conditions:
+                for name in config.servers:
+                    mode = SERVERS[name]
+                    print(f"round {r + 1}/{config.rounds}: {condition}, {mode.label}", flush=True)
+                    if "base" in config.views:
+                        args = (run, monitor, project, condition, ports[condition], mode)
+                        run_group(*args, BASELINE, ["base"])
+                    if cache_views:
+                        for backend in order:
+                            args = (run, monitor, project, condition, ports[condition], mode)
+                            run_group(*args, backend, cache_views)
+
+
+# -- environment, output, command line ------------------------------------------------------
+
+
+def check_tools() -> list[str]:
+    """Return what is missing to run at all (servers, wrk, Django)."""
+    missing = [
+        m
+        for m in ("django", "granian", "uvicorn", "uvloop", "httptools")
+        if not importlib.util.find_spec(m)
+    ]
+    problems = []
+    if missing:
+        problems.append(
+            f"{sys.executable} lacks {', '.join(missing)}: pip install django granian uvicorn "
+            "uvloop httptools (see the docstring and `make bench-fullstack`)"
+        )
+    if not os.access(WRK, os.X_OK):
+        problems.append("wrk not found: apt-get install -y wrk")
+    return problems
+
+
+def importable(backend: Backend) -> str | None:
+    """Return why backend cannot be imported by the app servers, or None."""
+    for path in {backend.async_class, backend.sync_class}:
+        module = path.rsplit(".", 1)[0]
+        try:
+            if importlib.util.find_spec(module) is None:
+                return f"module {module} not found"
+        except (ImportError, ValueError) as exc:
+            return f"import {module} failed: {exc!r}"
+    return None
+
+
+def environment() -> dict[str, Any]:
+    versions = {}
+    for package in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package)
+    wrk_version = subprocess.run([WRK, "-v"], capture_output=True, text=True).stdout
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", "python", "src"], capture_output=True, text=True
+    )
+    return {
+        "python": platform.python_version(),
+        # redoxide runs from this checkout (a .pth file to python/), so say which tree it was.
+        "redoxide_tree": commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout else ""),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": os.getloadavg(),
+        "redis_server": redis_server_version(),
+        "wrk": wrk_version.splitlines()[0] if wrk_version else "",
+        "packages": versions,
+        "servers": {name: mode.label for name, mode in SERVERS.items()},
+        "wrk_args": {"connections": CONNECTIONS, "threads": WRK_THREADS},
+    }
+
+
+def _finite(value: Any) -> Any:
+    """Return value with NaN floats as None, others rounded, tuples as lists (strict JSON)."""
+    if isinstance(value, float):
+        return None if value != value else round(value, 1 if abs(value) >= 10 else 3)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def save(data: dict[str, Any]) -> list[Path]:
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    paths = [RESULTS_DIR / f"fullstack-{stamp}.json", RESULTS_DIR / "fullstack-latest.json"]
+    text = json.dumps(_finite(data), indent=1, allow_nan=False) + "\n"
+    for path in paths:
+        path.write_text(text)
+    return paths
+
+
+def parse_list(text: str, choices: Sequence[str], what: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [x for x in items if x not in choices]
+    if unknown or not items:
+        raise argparse.ArgumentTypeError(f"unknown {what} {unknown}; choose from {list(choices)}")
+    return items
+
+
+def parse_args(argv: Sequence[str] | None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true", help="1 round, 3 s cells, 1 s warm-up")
+    p.add_argument("--rounds", type=int, help="rounds (default 3; --quick 1)")
+    p.add_argument("--seconds", type=int, help="timed seconds per cell (default 8; --quick 3)")
+    p.add_argument("--warmup", type=int, help="warm-up seconds per cell (default 2; --quick 1)")
+    p.add_argument("--servers", default=",".join(SERVERS), help="default: %(default)s")
+    p.add_argument("--views", default=",".join(VIEWS), help="default: %(default)s")
+    p.add_argument("--backends", default=",".join(BACKENDS), help="default: %(default)s")
+    p.add_argument("--conditions", default=",".join(CONDITIONS), help="default: %(default)s")
+    p.add_argument("--delay-ms", type=float, default=0.5, help="per direction (default 0.5)")
+    p.add_argument("--no-save", action="store_true", help="print only, write no files")
+    p.add_argument(
+        "--redraw", metavar="JSON", help="print the tables and redraw the chart from a saved run"
+    )
+    args = p.parse_args(argv)
+    try:
+        return Config(
+            rounds=args.rounds or (1 if args.quick else 3),
+            seconds=args.seconds or (3.0 if args.quick else 8.0),
+            warmup=args.warmup if args.warmup is not None else (1.0 if args.quick else 2.0),
+            servers=parse_list(args.servers, tuple(SERVERS), "server"),
+            views=parse_list(args.views, VIEWS, "view"),
+            backends=parse_list(args.backends, tuple(BACKENDS), "backend"),
+            conditions=parse_list(args.conditions, CONDITIONS, "condition"),
+            delay_ms=args.delay_ms,
+            quick=args.quick,
+            no_save=args.no_save,
+            redraw=args.redraw,
+        )
+    except argparse.ArgumentTypeError as exc:
+        p.error(str(exc))  # exits
+
+
+def redraw(path: str) -> int:
+    """Print the tables of a saved run and draw its chart again."""
+    data = json.loads(Path(path).read_text())
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()
+    }
+    run = Run(Config(**fields), notes=data["notes"], proxy_rtt_ms=data["ping_rtt_ms"])
+    med = data["medians"]
+    print(report(run, med, ratios(med, run), LABELS))
+    print(chart(run, med, RESULTS_DIR / "fullstack.png"))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    if config.redraw:
+        return redraw(config.redraw)
+    if problems := check_tools():
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    run = Run(config)
+    available = []
+    for name in config.backends:
+        if (why := importable(BACKENDS[name])) is None:
+            available.append(name)
+        else:
+            run.notes[name] = f"skipped: {why}"
+            print(f"{name}: skipped: {why}", file=sys.stderr)
+    config.backends = tuple(available)
+    env = environment()
+    started = time.monotonic()
+    try:
+        run_all(run)
+    except KeyboardInterrupt:
+        print("interrupted: reporting what was measured", file=sys.stderr)
+        run.notes["run"] = "interrupted"
+    med = medians(run)
+    rat = ratios(med, run)
+    print(report(run, med, rat, LABELS))
+    if config.no_save or not run.cells:
+        return 0 if run.cells else 1
+    data = {
+        "benchmark": "fullstack",
+        "config": asdict(config),
+        "environment": env,
+        "seconds_taken": round(time.monotonic() - started),
+        "ping_rtt_ms": run.proxy_rtt_ms,
+        "medians": med,
+        "ratios_to_" + REFERENCE: rat,
+        "notes": run.notes,
+    }
+    if config.rounds > 1:
+        data["rounds"] = run.cells
+    for path in save(data):
+        print(f"saved {path}")
+    print(chart(run, med, RESULTS_DIR / "fullstack.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
