@@ -20,6 +20,7 @@ pub enum Replies {
 }
 
 impl Replies {
+    /// How many replies.
     pub fn count(self) -> usize {
         match self {
             Replies::One => 1,

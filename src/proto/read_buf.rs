@@ -17,6 +17,7 @@ pub struct ReadBuf {
 }
 
 impl ReadBuf {
+    /// An empty buffer of `capacity` bytes to start with.
     pub fn new(capacity: usize) -> Self {
         ReadBuf { buf: vec![0; capacity], start: 0, filled: 0, need: 0 }
     }

@@ -92,6 +92,7 @@ impl Transport {
         Ok(Transport::Plain { mux: mux::Mux::new(Arc::clone(&config)), config })
     }
 
+    /// How long a reply may take.
     pub fn response_timeout(&self) -> Duration {
         match self {
             Transport::Plain { config, .. } => config.response_timeout,

@@ -33,6 +33,7 @@ impl TlsOptions {
     }
 }
 
+/// A TLS server's redis-rs client and its shared async connection.
 pub struct TlsTransport {
     client: redis::Client,
     pub timeouts: Timeouts,

@@ -275,3 +275,101 @@ impl Blocking {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
+    use std::thread::JoinHandle;
+
+    use super::*;
+    use crate::proto::handshake::Handshake;
+
+    /// A one-connection server on a fresh socket path that, for each script step, reads
+    /// `expect` bytes and then writes `reply` (in two halves, to split replies across reads).
+    fn serve(script: Vec<(usize, &'static [u8])>) -> (Arc<PlainConfig>, JoinHandle<()>, PathBuf) {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("redoxide-{}-{n}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            for (expect, reply) in script {
+                let mut got = vec![0u8; expect];
+                sock.read_exact(&mut got).unwrap();
+                let (a, b) = reply.split_at(reply.len() / 2);
+                sock.write_all(a).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                sock.write_all(b).unwrap();
+            }
+        });
+        (config(Target::Unix(path.clone()), Handshake::new(None, None, 0, false)), server, path)
+    }
+
+    fn config(target: Target, handshake: Handshake) -> Arc<PlainConfig> {
+        Arc::new(PlainConfig {
+            target,
+            handshake,
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            addr: "test".into(),
+        })
+    }
+
+    #[test]
+    fn a_pipeline_gets_all_its_replies_across_reads() {
+        let ping = b"*1\r\n$4\r\nPING\r\n";
+        let (cfg, server, path) = serve(vec![(ping.len() * 3, b"+PONG\r\n:7\r\n$3\r\nabc\r\n")]);
+        let mut conn = Blocking::connect(&cfg).unwrap();
+        let reply = conn.request(&ping.repeat(3), Replies::Many(3)).unwrap();
+        let want = vec![
+            Value::SimpleString("PONG".into()),
+            Value::Int(7),
+            Value::BulkString(b"abc".to_vec()),
+        ];
+        assert_eq!(reply, Value::Array(want));
+        server.join().unwrap();
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_refused_password_is_an_authentication_error() {
+        let handshake = Handshake::new(None, Some("bad"), 0, false);
+        let sent = handshake.packed().len();
+        let (cfg, server, path) = serve(vec![(sent, b"-WRONGPASS invalid password\r\n")]);
+        let cfg = config(cfg.target.clone(), handshake);
+        let err = Blocking::connect(&cfg).err().unwrap();
+        assert!(matches!(&err, Error::Connection(m) if m.starts_with("Authentication")), "{err:?}");
+        server.join().unwrap();
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_server_that_hangs_up_or_sends_garbage_breaks_the_call() {
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let (cfg, server, path) = serve(vec![(get.len(), b"")]);
+        let mut conn = Blocking::connect(&cfg).unwrap();
+        assert!(!conn.is_stale());
+        conn.send(get).unwrap();
+        server.join().unwrap();
+        let err = conn.receive(Replies::One, Wait::Spin).unwrap_err();
+        assert!(matches!(&err, Error::Connection(m) if m.contains("closed")), "{err:?}");
+        let (cfg, server, path2) = serve(vec![(get.len(), b"?garbage\r\n")]);
+        let mut conn = Blocking::connect(&cfg).unwrap();
+        let err = conn.request(get, Replies::One).unwrap_err();
+        assert!(matches!(&err, Error::Connection(m) if m.contains("unreadable")), "{err:?}");
+        server.join().unwrap();
+        let _ = (std::fs::remove_file(path), std::fs::remove_file(path2));
+    }
+
+    #[test]
+    fn a_fan_out_deadline_already_past_is_a_timeout() {
+        let (cfg, server, path) = serve(vec![]);
+        let mut conn = Blocking::connect(&cfg).unwrap();
+        let err = conn.receive_by(Replies::One, Instant::now(), Wait::Yield).unwrap_err();
+        assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+        server.join().unwrap();
+        let _ = std::fs::remove_file(path);
+    }
+}

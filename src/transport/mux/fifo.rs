@@ -24,10 +24,12 @@ pub struct Fifo<W> {
 }
 
 impl<W> Fifo<W> {
+    /// An empty FIFO.
     pub fn new() -> Self {
         Fifo { entries: VecDeque::new() }
     }
 
+    /// Whether no command is waiting.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -64,6 +66,7 @@ impl<W> Fifo<W> {
         self.entries.front().map(|e| &e.waiter)
     }
 
+    /// Every waiter, oldest first.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut W> {
         self.entries.iter_mut().map(|e| &mut e.waiter)
     }
