@@ -1,8 +1,9 @@
 """Shared fixtures: real redis-server processes, redoxide caches on them, sync/async dispatch.
 
-Layout: a folder per concern (contract/, api/, values/, config/, topologies/, reliability/,
-security/, connections/, packaging/) and one support package, support/ (servers, the backend
-under test, sync/async dispatch, network fakes, secrets). Test files have no __init__.py and
+Layout: a folder per concern (contract/, api/, config/, values/, topologies/, reliability/,
+security/, connections/, packaging/; unit/ for pure logic without a server) and one support
+package, support/ (servers, the backend under test, sync/async dispatch, network fakes,
+secrets). Test files have no __init__.py and
 every test file has a basename of its own, so pytest's default "prepend" import mode imports
 each under its bare name. This directory is put on sys.path (below, and by prepend mode
 itself), so tests import their helpers as

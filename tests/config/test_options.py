@@ -23,6 +23,7 @@ import pytest
 from django.core.cache import CacheHandler
 from django.core.exceptions import ImproperlyConfigured
 from support.backend import (
+    BACKEND,
     JSONSerializer,
     assert_startup_error,
     backend_errors,
@@ -422,8 +423,6 @@ def test_options_that_are_not_a_dict_fail_at_startup() -> None:
 @redoxide_only
 def test_bad_settings_fail_when_django_builds_the_cache() -> None:
     """Through django.core.cache.caches (a CacheHandler), as a project meets it."""
-    from support.backend import BACKEND
-
     handler = CacheHandler(
         {
             "good": {"BACKEND": BACKEND, "LOCATION": DOWN},
@@ -444,7 +443,6 @@ def test_bad_settings_fail_when_django_builds_the_cache() -> None:
 @pytest.mark.parametrize("value", [1e9, 0.0000001])
 def test_extreme_socket_timeouts_are_rejected(value: float) -> None:
     from django.core.exceptions import ImproperlyConfigured
-    from support.backend import build_cache
 
     with pytest.raises(ImproperlyConfigured, match="SOCKET_TIMEOUT"):
         build_cache("redis://127.0.0.1:1/0", {"OPTIONS": {"SOCKET_TIMEOUT": value}})

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from support.backend import build_cache
 from support.servers import RedisServer
 
 pytestmark = pytest.mark.skipif(
@@ -77,8 +78,6 @@ def test_large_values_cross_the_read_buffer(cache: Any) -> None:
 
 
 def test_unix_socket_async(tmp_path: Any) -> None:
-    from support.backend import build_cache
-
     sock = tmp_path / "redis.sock"
     with RedisServer("--unixsocket", str(sock), "--unixsocketperm", "700"):
         cache = build_cache(f"unix://{sock}?db=3")
@@ -92,8 +91,6 @@ def test_unix_socket_async(tmp_path: Any) -> None:
 
 
 def test_broken_async_connections_are_released(fresh_redis_server: RedisServer) -> None:
-    from support.backend import build_cache
-
     server = fresh_redis_server
     cache = build_cache(server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 0.5}})
     asyncio.run(cache.aset("k", 1))
@@ -140,8 +137,6 @@ def test_a_task_abandoned_on_a_closed_loop_is_collected(fresh_redis_server: Redi
     # A task parked on a reply that never comes, on a loop closed without cancelling it: the
     # cycle Pending -> asyncio future -> task -> coroutine -> Pending must be collectable.
     import weakref
-
-    from support.backend import build_cache
 
     cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 30}})
     asyncio.run(cache.aset("k", 1))

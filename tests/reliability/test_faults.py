@@ -1,23 +1,18 @@
 """Faults, one call at a time, sync and async: dead, unreachable, stalled and restarted servers,
-fork, corrupt stored bytes, unpicklable values, and Rust panics.
+corrupt stored bytes, unpicklable values, and Rust panics.
 
 Timings are only upper bounds that turn a hang into a failure ("raised within the timeout
 plus a margin"), never performance assertions. The same faults under load, and what must
-hold afterwards, are in test_faults_under_load.py; fail-open in test_fail_open.py.
+hold afterwards, are in test_faults_under_load.py; processes (fork, pre-fork workers,
+interpreter exit) in test_processes.py; fail-open in test_fail_open.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import pickle
-import select
-import signal
 import threading
 import time
-import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -84,16 +79,6 @@ def test_unreachable_server_fails_within_the_connect_timeout(blackhole: int, mod
 
 
 # -- stalled server ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def paused_guard(fresh_redis_server: RedisServer) -> Iterator[RedisServer]:
-    """Yield fresh_redis_server and make sure it is resumed whatever the test does."""
-    try:
-        yield fresh_redis_server
-    finally:
-        with contextlib.suppress(ProcessLookupError, RuntimeError):
-            fresh_redis_server.resume()
 
 
 def test_stalled_server_raises_cache_timeout_then_recovers(
@@ -258,77 +243,6 @@ def test_crashed_server_errors_fast_then_recovers(
     server.restart()
     succeeds_soon(lambda: ops.set("k", "again"))
     assert ops.get("k") == "again"
-
-
-# -- fork ------------------------------------------------------------------------------------
-
-
-def _child_body(cache: Any) -> None:
-    cache.set("child", "from child")
-    assert cache.get("parent") == "from parent", cache.get("parent")
-    assert cache.get("child") == "from child"
-    assert asyncio.run(cache.aget("parent")) == "from parent"
-
-    async def more() -> None:
-        await cache.aset("child_async", [1, 2])
-        assert await cache.aget_many(["child", "child_async"]) == {
-            "child": "from child",
-            "child_async": [1, 2],
-        }
-
-    asyncio.run(more())
-    assert cache.incr("counter") == 2
-
-
-def test_fork_child_uses_the_cache_after_the_parent(cache: Any) -> None:
-    cache.set("parent", "from parent")
-    cache.set("counter", 1)
-    assert asyncio.run(cache.aget("parent")) == "from parent"  # runtime + async connection up
-
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        # Python 3.12+ warns that forking a multi-threaded process may deadlock: that hazard
-        # is exactly what this test checks the backend handles.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # child: report through the pipe and exit, whatever happens
-        status = 1
-        try:
-            os.close(read_end)
-            _child_body(cache)
-            status = 0
-        except BaseException:
-            os.write(write_end, traceback.format_exc().encode())
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                pytest.fail("the forked child hung using the cache")
-            time.sleep(0.02)
-        report = b""
-        while select.select([read_end], [], [], 0)[0]:
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            report += chunk
-    finally:
-        os.close(read_end)
-    assert os.WIFEXITED(status), f"child died: status {status}"
-    assert os.WEXITSTATUS(status) == 0, report.decode(errors="replace")
-    # The parent still works, sync and async, and sees what the child wrote.
-    assert cache.get("child") == "from child"
-    assert asyncio.run(cache.aget("child_async")) == [1, 2]
-    assert cache.incr("counter") == 3
-    cache.set("parent_after", 1)
-    assert asyncio.run(cache.aget("parent_after")) == 1
 
 
 # -- corrupt and unpicklable values ------------------------------------------------------------

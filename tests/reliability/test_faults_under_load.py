@@ -1,33 +1,24 @@
 """Reliability under faults, sync and async: a server killed and restarted under load, stalled
 under load, out of memory, connections killed by the server, cancelled and timed-out async
-calls, pre-fork workers, and interpreter exit with calls in flight.
+calls.
 
-test_faults.py covers the single-call cases (dead, unreachable, stalled, restarted servers, one
-forked child); this file adds load, fail-open, and what must hold afterwards. Each fault call is
-timed against the timeout that should bound it plus MARGIN (an upper bound that turns a hang
-into a failure, not a performance assertion), and each test checks the cache works afterwards
-with no reset. Run with -s to see the measured figures (lines starting "measured:").
+test_faults.py covers the single-call cases (dead, unreachable, stalled, restarted servers);
+test_processes.py fork, pre-fork workers and interpreter exit. This file adds load, fail-open,
+and what must hold afterwards. Each fault call is timed against the timeout that should bound
+it plus MARGIN (an upper bound that turns a hang into a failure, not a performance assertion),
+and each test checks the cache works afterwards with no reset. Run with -s to see the measured
+figures (lines starting "measured:").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
-import select
-import signal
 import socket
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-import traceback
-import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,15 +68,6 @@ def debug_server() -> Iterator[RedisServer]:
         finally:
             with contextlib.suppress(ProcessLookupError, RuntimeError):
                 server.resume()
-
-
-@pytest.fixture
-def paused_guard(fresh_redis_server: RedisServer) -> Iterator[RedisServer]:
-    try:
-        yield fresh_redis_server
-    finally:
-        with contextlib.suppress(ProcessLookupError, RuntimeError):
-            fresh_redis_server.resume()
 
 
 # -- killed and restarted under load ------------------------------------------------------------
@@ -603,171 +585,3 @@ def test_timed_out_calls_leave_every_later_reply_to_its_caller(
     elapsed = asyncio.run(scenario())
     assert elapsed < RESPONSE_TIMEOUT + MARGIN
     measured(f"async DEBUG SLEEP 1 with SOCKET_TIMEOUT 0.3: 21 calls timed out in {elapsed:.3f} s")
-
-
-# -- pre-fork workers ------------------------------------------------------------------------------
-
-
-def _child(cache: Any, n: int, write_end: int) -> None:
-    """A forked worker: use the cache sync and async, report connection ids through the pipe."""
-    status = 1
-    try:
-        mine = {f"child{n}-{i}": [n, i] for i in range(20)}
-        cache.set_many(mine)
-        assert cache.get_many(list(mine)) == mine
-        assert cache.get("parent") == "from parent"
-        sync_id = cache.client.execute("CLIENT", "ID")
-
-        async def work() -> int:
-            await cache.aset(f"child{n}-async", {"n": n})
-            assert await cache.aget(f"child{n}-async") == {"n": n}
-            assert await cache.aget_many(list(mine)) == mine
-            got = await asyncio.gather(*(cache.aget(k) for k in mine))
-            assert got == list(mine.values())
-            return int(await cache.client.aexecute("CLIENT", "ID"))
-
-        async_id = asyncio.run(work())
-        report = {"n": n, "sync": sync_id, "async": async_id}
-        os.write(write_end, (json.dumps(report) + "\n").encode())
-        status = 0
-    except BaseException:
-        os.write(write_end, json.dumps({"n": n, "error": traceback.format_exc()}).encode() + b"\n")
-    finally:
-        os._exit(status)  # never run the parent's atexit hooks (they stop the test servers)
-
-
-def test_prefork_workers_use_their_own_connections(fresh_redis_server: RedisServer) -> None:
-    """Gunicorn-style: the parent uses the cache sync and async, forks 3 workers that each use
-    it sync and async; none hangs, each runs on new connections of its own, and the parent's
-    connections are untouched (same ids, still in step)."""
-    server = fresh_redis_server
-    cache = cache_on(server.url, SOCKET_TIMEOUT=2.0)
-    cache.set("parent", "from parent")
-    parent_sync = cache.client.execute("CLIENT", "ID")
-    parent_async = asyncio.run(cache.client.aexecute("CLIENT", "ID"))
-    connections_before = server.client_count()
-
-    read_end, write_end = os.pipe()
-    pids = []
-    with warnings.catch_warnings():
-        # Python 3.12+ warns that forking a threaded process may deadlock: that is the point.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for n in range(3):
-            pid = os.fork()
-            if pid == 0:
-                os.close(read_end)
-                _child(cache, n, write_end)
-            pids.append(pid)
-    os.close(write_end)
-    statuses: dict[int, int] = {}
-    start = time.monotonic()
-    try:
-        while len(statuses) < len(pids):
-            for pid in pids:
-                if pid not in statuses:
-                    done, status = os.waitpid(pid, os.WNOHANG)
-                    if done:
-                        statuses[pid] = status
-            if time.monotonic() - start > 15:
-                break
-            time.sleep(0.02)
-        output = b""
-        while select.select([read_end], [], [], 0)[0]:
-            chunk = os.read(read_end, 65536)
-            if not chunk:
-                break
-            output += chunk
-    finally:
-        for pid in pids:
-            if pid not in statuses:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-        os.close(read_end)
-    elapsed = time.monotonic() - start
-    assert len(statuses) == 3, f"{3 - len(statuses)} forked workers hung"
-    reports = [json.loads(line) for line in output.decode().splitlines()]
-    assert not [r["error"] for r in reports if "error" in r]
-    assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses.values())
-    assert len(reports) == 3
-    ids = [r["sync"] for r in reports] + [r["async"] for r in reports]
-    assert len(set(ids)) == 6, f"workers shared connections: {reports}"
-    assert parent_sync not in ids and parent_async not in ids
-    # The parent's own connections survived its children, in step.
-    assert cache.client.execute("CLIENT", "ID") == parent_sync
-    assert asyncio.run(cache.client.aexecute("CLIENT", "ID")) == parent_async
-    assert cache.get("parent") == "from parent"
-    for n in range(3):
-        assert cache.get(f"child{n}-19") == [n, 19]
-        assert asyncio.run(cache.aget(f"child{n}-async")) == {"n": n}
-    # The workers' connections closed with them: none left behind on the server.
-    deadline = time.monotonic() + 2
-    while server.client_count() > connections_before and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.client_count() == connections_before
-    measured(f"3 forked workers (sync + async each) done in {elapsed:.2f} s")
-
-
-# -- interpreter exit with calls in flight --------------------------------------------------------
-
-EXIT_SCRIPT = """
-import asyncio, sys, threading, time
-
-import django
-from django.conf import settings
-
-settings.configure()
-django.setup()
-from redoxide import RedisCache
-
-url, mode = sys.argv[1], sys.argv[2]
-# Timeouts far longer than the test's bound: exit must not wait for them.
-cache = RedisCache(url, {"OPTIONS": {"SOCKET_TIMEOUT": 30, "SOCKET_CONNECT_TIMEOUT": 30}})
-
-
-async def start_many():
-    tasks = [asyncio.ensure_future(cache.aget(f"k{i}")) for i in range(200)]
-    await asyncio.sleep(0.2)
-    assert not any(task.done() for task in tasks)
-    return tasks
-
-
-if mode == "asyncio_run":
-    # asyncio.run() cancels the pending gets when main returns.
-    asyncio.run(start_many())
-elif mode == "open_loop":
-    # The loop is left open with 200 gets pending: the interpreter tears it down at exit.
-    loop = asyncio.new_event_loop()
-    pending = loop.run_until_complete(start_many())
-elif mode == "threads":
-    for i in range(8):
-        threading.Thread(target=cache.get, args=(f"k{i}",), daemon=True).start()
-    time.sleep(0.2)
-print("exiting with calls in flight", flush=True)
-"""
-
-
-@pytest.mark.parametrize("mode", ["asyncio_run", "open_loop", "threads"])
-def test_interpreter_exit_with_calls_in_flight(
-    paused_guard: RedisServer, tmp_path: Path, mode: str
-) -> None:
-    """The server is frozen, so every call is still waiting when the script ends: the
-    interpreter exits normally, at once, with no crash, hang or panic."""
-    server = paused_guard
-    script = tmp_path / "exit_with_calls_in_flight.py"
-    script.write_text(textwrap.dedent(EXIT_SCRIPT))
-    server.pause()
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(script), server.url, mode],
-        capture_output=True,
-        text=True,
-        timeout=15,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-    )
-    elapsed = time.monotonic() - start
-    assert "exiting with calls in flight" in proc.stdout, proc.stderr
-    assert proc.returncode == 0, proc.stderr
-    for sign in ("Fatal Python error", "panicked", "Traceback", "Segmentation"):
-        assert sign not in proc.stderr, proc.stderr
-    assert elapsed < 5, f"exit took {elapsed:.2f} s"
-    measured(f"interpreter exit ({mode}) with calls in flight: {elapsed:.2f} s, rc 0")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from support.backend import build_cache, is_redoxide
-from support.servers import RedisServer, free_port
+from support.servers import Cluster, RedisServer, free_port
 
 OPENSSL = shutil.which("openssl")
 pytestmark = [
@@ -321,8 +321,6 @@ def test_unreadable_file_is_named(tmp_path: Path) -> None:
 def test_cluster_over_tls(certs: Certs) -> None:
     # Every node serves TLS (cluster bus and replication too); the cache learns the nodes'
     # TLS ports from CLUSTER SLOTS and verifies each node's certificate with the CA.
-    from support.servers import Cluster
-
     # The nodes authenticate each other on the cluster bus: a certificate for both ends.
     _make_leaf(
         certs.dir,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from redoxide.exceptions import CacheError
 from support.backend import build_cache, is_redoxide
-from support.servers import Cluster
+from support.servers import Cluster, SentinelSet
 from support.topology import cluster_cache, outcome
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide topologies")
@@ -130,8 +130,6 @@ def check_failover(
 
 @pytest.mark.slow
 def test_sentinel_failover_under_traffic() -> None:
-    from support.servers import SentinelSet
-
     with SentinelSet() as sset:
         timeout = 0.5
         cache = build_cache(
@@ -221,8 +219,6 @@ def test_cluster_failover_under_traffic() -> None:
 def test_sentinel_manual_failover_moves_writes_off_the_demoted_primary() -> None:
     # SENTINEL FAILOVER: the old primary stays up, becomes a replica; a client still talking to
     # it gets its connection killed or a READONLY reply, and must follow to the new primary.
-    from support.servers import SentinelSet
-
     with SentinelSet() as sset:
         cache = build_cache(
             f"redis://{sset.service}/0",
