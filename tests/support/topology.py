@@ -23,8 +23,8 @@ def cluster_cache(urls: list[str], **options: Any) -> Any:
 def owner_port(cache: Any, name: str) -> int:
     """The port of the primary the cache's router sends `name` to (table learnt first)."""
     router = cache._client
-    router._table_now()
-    return int(router._table[key_slot(cache.make_key(name))].address.rsplit(":", 1)[1])
+    router.slots.table_now()
+    return int(router.slots.table[key_slot(cache.make_key(name))].address.rsplit(":", 1)[1])
 
 
 def name_on(cache: Any, port: int, prefix: str, *, on: bool = True) -> str:

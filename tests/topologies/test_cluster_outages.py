@@ -46,8 +46,8 @@ def test_cluster_stalled_primary_does_not_slow_healthy_slots(own: Cluster) -> No
     timeout = 0.33
     cache = cluster_cache(own.urls, SOCKET_TIMEOUT=timeout, SOCKET_CONNECT_TIMEOUT=timeout)
     router = cache._client
-    router._table_now()
-    victim_port = int(router._primaries[0].address.rsplit(":", 1)[1])
+    router.slots.table_now()
+    victim_port = int(router.slots.primaries[0].address.rsplit(":", 1)[1])
     bad = name_on(cache, victim_port, "stalled-bad")
     good = name_on(cache, victim_port, "stalled-good", on=False)
     cache.set(good, "ok")

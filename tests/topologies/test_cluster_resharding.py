@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from redoxide._redoxide import key_slot
-from redoxide._topology import RETRY_PAUSE
 from redoxide.exceptions import ResponseError
+from redoxide.topology.parts import RETRY_PAUSE
 from support.backend import build_cache, is_redoxide
 from support.servers import Cluster
 from support.topology import cluster_cache, name_on, node_keys, owner_port

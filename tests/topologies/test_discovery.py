@@ -100,13 +100,13 @@ def test_sentinel_async_discovery_runs_once_for_concurrent_callers(sentinel_set:
         )
         router = cache._client
         runs = []
-        discover = router._discover
+        discover = router.primary._discover
 
         def counted() -> Any:
             runs.append(1)
             return discover()
 
-        router._discover = counted
+        router.primary._discover = counted  # type: ignore[method-assign]
 
         async def main() -> list[Any]:
             return await asyncio.gather(*(cache.aget(f"herd{i}") for i in range(50)))

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from redoxide import plans
 from redoxide.exceptions import ConnectionInterrupted, ResponseError, response_error
 from redoxide.options import parse_config
@@ -31,7 +30,9 @@ def slots() -> SlotMap:
     return slot_map
 
 
-def drive(plan: plans.Plan[Any], answer: Callable[[Callable[..., Any], tuple[Any, ...]], Any]) -> Any:
+def drive(
+    plan: plans.Plan[Any], answer: Callable[[Callable[..., Any], tuple[Any, ...]], Any]
+) -> Any:
     try:
         call, args = next(plan)
         while True:

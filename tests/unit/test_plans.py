@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from redoxide import _scripts, plans
 from redoxide.cache import RedisCache
 from redoxide.exceptions import (

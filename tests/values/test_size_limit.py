@@ -31,10 +31,10 @@ LIMIT = 512 * 1024 * 1024
 @pytest.fixture
 def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
     """Lower redoxide's value size limit to 1,000 bytes, to test every write path cheaply."""
-    import redoxide.cache
+    import redoxide._values
 
-    assert redoxide.cache.MAX_VALUE_SIZE == LIMIT  # the real limit is Redis' default
-    monkeypatch.setattr(redoxide.cache, "MAX_VALUE_SIZE", 1000)
+    assert redoxide._values.MAX_VALUE_SIZE == LIMIT  # the real limit is Redis' default
+    monkeypatch.setattr(redoxide._values, "MAX_VALUE_SIZE", 1000)
     return 1000
 
 

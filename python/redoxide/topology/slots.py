@@ -34,6 +34,8 @@ __all__ = ["SCAN_TABLE_AGE", "PrimaryAt", "ReplicaOf", "SlotMap", "Target"]
 
 #: A key scan (keys, iter_keys, delete_pattern, clear) re-reads an older slot table first.
 SCAN_TABLE_AGE = 1.0
+#: With READ_FROM_REPLICAS, a table in which a slot has no replica is re-learnt this often.
+REPLICA_RELEARN_AGE = 5.0
 # Replies after which a command is sent again (after a pause and a fresh slot table): the
 # cluster is mid-change, or the node was a primary that has just been demoted.
 _AGAIN = (TryAgainError, ClusterDownError, ReadOnlyError)
@@ -220,6 +222,8 @@ class SlotMap:
             return None
         replicas = self.replica_table[slot]
         if not replicas:
+            if time.monotonic() - self._learnt_at > REPLICA_RELEARN_AGE:
+                self.suspect = True  # replicas may have joined since: look again
             return None
         replica = replicas[next(self._turn) % len(replicas)]
         return replica if self.health.usable(replica) else None
