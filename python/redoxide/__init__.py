@@ -4,7 +4,8 @@ CACHES = {"default": {"BACKEND": "redoxide.RedisCache", "LOCATION": "redis://127
 """
 
 from redoxide.cache import RedisCache, ValkeyCache
+from redoxide.connection import get_redis_connection
 from redoxide.lock import AsyncLock, Lock
 
-__all__ = ["AsyncLock", "Lock", "RedisCache", "ValkeyCache"]
+__all__ = ["AsyncLock", "Lock", "RedisCache", "ValkeyCache", "get_redis_connection"]
 __version__ = "0.1.0"

@@ -285,26 +285,32 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
             yield self._client.set_many, (made, values, ttl)
         return []
 
-    def _delete_many(self, keys: Iterable[Any], version: int | None) -> Plan[None]:
+    def _delete_many(self, keys: Iterable[Any], version: int | None) -> Plan[int | None]:
         made = self._keys(keys, version)
-        if made:
-            yield self._client.execute, (("DEL", *made),)
+        if not made:
+            return None  # Django's contract: delete_many([]) returns None
+        # django-redis returns DEL's count; Django ignores what delete_many returns.
+        return int((yield self._client.execute, (("DEL", *made),)))
 
-    def _incr(self, key: Any, delta: int, version: int | None) -> Plan[Any]:
+    def _incr(self, key: Any, delta: int, version: int | None, create: bool = False) -> Plan[Any]:
         made = self._key(key, version)
         c = self._client
+        # ignore_key_check (create): plain INCRBY, which starts a missing key at 0 with no
+        # expiry, as django-redis does. It answers ERR (no code of its own) where the script
+        # answers NOTINT.
+        command = ("INCRBY", made, delta) if create else ("EVAL", _scripts.INCR, 1, made, delta)
         try:
-            value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
+            value = yield c.execute, (command,)
         except ResponseError as exc:
-            if exc.code != _scripts.NOT_AN_INTEGER:
+            if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
                 raise
             # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta):
             # read, add, and write back keeping the TTL, as django-redis does.
             # Read from the primary (a router sends get() to replicas, which may lag).
             data = yield c.execute, (("GET", made),)
-            if data is None:
+            if data is None and not create:
                 raise ValueError(f"Key '{key}' not found.") from None
-            value = self._decode(data, key) + delta
+            value = (0 if data is None else self._decode(data, key)) + delta
             yield c.execute, (("SET", made, self._encode(value), "KEEPTTL"),)
             return value
         if value is None:
@@ -449,23 +455,60 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
     ) -> list[Any]:
         return await self._arun(self._set_many(data, timeout, version), list(data))
 
-    def delete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
-        self._run(self._delete_many(keys, version))
+    def delete_many(  # type: ignore[override]  # the count, as django-redis returns
+        self, keys: Iterable[Any], version: int | None = None
+    ) -> int | None:
+        """Delete keys; return how many existed, as django-redis does (None for no keys, as
+        Django does)."""
+        return self._run(self._delete_many(keys, version))
 
-    async def adelete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
-        await self._arun(self._delete_many(keys, version))
+    async def adelete_many(  # type: ignore[override]
+        self, keys: Iterable[Any], version: int | None = None
+    ) -> int | None:
+        return await self._arun(self._delete_many(keys, version))
 
-    def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
-        return self._run(self._incr(key, delta, version))
+    def incr(
+        self,
+        key: Any,
+        delta: int = 1,
+        version: int | None = None,
+        *,
+        ignore_key_check: bool = False,
+    ) -> Any:
+        """Add delta to a stored number and return the result. A missing key raises
+        ValueError, or with ignore_key_check (django-redis') is created holding delta."""
+        return self._run(self._incr(key, delta, version, ignore_key_check))
 
-    async def aincr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
-        return await self._arun(self._incr(key, delta, version))
+    async def aincr(
+        self,
+        key: Any,
+        delta: int = 1,
+        version: int | None = None,
+        *,
+        ignore_key_check: bool = False,
+    ) -> Any:
+        return await self._arun(self._incr(key, delta, version, ignore_key_check))
 
-    def decr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
-        return self._run(self._incr(key, -delta, version))
+    def decr(
+        self,
+        key: Any,
+        delta: int = 1,
+        version: int | None = None,
+        *,
+        ignore_key_check: bool = False,
+    ) -> Any:
+        """Subtract delta, like incr (ignore_key_check creates a missing key at -delta)."""
+        return self._run(self._incr(key, -delta, version, ignore_key_check))
 
-    async def adecr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
-        return await self._arun(self._incr(key, -delta, version))
+    async def adecr(
+        self,
+        key: Any,
+        delta: int = 1,
+        version: int | None = None,
+        *,
+        ignore_key_check: bool = False,
+    ) -> Any:
+        return await self._arun(self._incr(key, -delta, version, ignore_key_check))
 
     def incr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
         return self._run(self._incr_version(key, delta, version))

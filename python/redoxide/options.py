@@ -165,6 +165,29 @@ def redact(url: str) -> str:
     return f"{scheme}://{shown}{base}{question}{query}"
 
 
+# The old "host:port:db" (or "host:port"): deprecated in django-redis 3.8, removed in 4.x, and
+# rejected by django-redis 7 (redis-py's from_url needs a scheme). Refused here too, with the
+# URL to write instead.
+_LEGACY_LOCATION = re.compile(r"([^:/@?#\s]+):(\d+)(?::(\d+))?")
+
+
+def _scheme_error(url: str) -> ConfigurationError:
+    legacy = _LEGACY_LOCATION.fullmatch(url)
+    if legacy:
+        host, port, db = legacy.groups()
+        return ConfigurationError(
+            f"redoxide: LOCATION {url!r} is the old host:port:db form, which django-redis 7 "
+            f"does not accept either; write 'redis://{host}:{port}/{db or 0}'"
+        )
+    # redact() needs a scheme to find the credentials: without one, hide up to the last "@".
+    at = url.rfind("@")
+    shown = redact(url) if "://" in url or at < 0 else f"***{url[at:]}"
+    return ConfigurationError(
+        f"redoxide: LOCATION {shown!r} needs one of the schemes "
+        f"{', '.join(sorted(SCHEMES))} (e.g. redis://127.0.0.1:6379/0)"
+    )
+
+
 def parse_location(location: Any) -> tuple[str, ...]:
     """Split LOCATION into server URLs: the first is the primary, the rest are read replicas."""
     if isinstance(location, str):
@@ -194,10 +217,7 @@ def parse_location(location: Any) -> tuple[str, ...]:
             ) from None
         scheme = parts.scheme
         if scheme not in SCHEMES:
-            raise ConfigurationError(
-                f"redoxide: LOCATION {redact(url)!r} needs one of the schemes "
-                f"{', '.join(sorted(SCHEMES))} (e.g. redis://127.0.0.1:6379/0)"
-            )
+            raise _scheme_error(url)
         # Caught here rather than on first use: a database that is not a number ("/-1") or
         # port 0 would only fail when the first command connects.
         path_db = parts.path.strip("/")
