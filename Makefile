@@ -131,8 +131,19 @@ bench-fullstack: install $(BENCH312_STAMP) ## Full stack: Django under granian/u
 soak: install ## ASGI soak: examples/ under uvicorn, 64 HTTP clients for 60 s (SOAK_ARGS='--seconds 10')
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
-wheel: system-deps $(DEPS_STAMP) ## Build the abi3 release wheel into dist/
-	$(BIN)/maturin build --release --out dist --interpreter $(PY)
+# zig links against glibc 2.17's symbols, so the wheel is manylinux2014 whatever this host's
+# glibc; target/wheel keeps that build apart from `maturin develop`'s. maturin finds zig as
+# `python3 -m ziglang`, hence the venv first on PATH.
+wheel: system-deps $(DEPS_STAMP) ## Build the manylinux2014 abi3 wheel (maturin + zig) and the sdist into dist/
+	$(PY) -m pip install --quiet "ziglang>=0.13" "auditwheel>=6.1"
+	rm -f dist/redoxide-*.whl dist/redoxide-*.tar.gz
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/maturin build --release --zig --compatibility manylinux2014 \
+		--target-dir target/wheel --out dist --interpreter $(PY)
+	$(BIN)/maturin sdist --out dist
+
+wheel-check: wheel ## Check dist/: auditwheel (manylinux2014), the wheel in fresh 3.10/3.13 venvs, the sdist
+	$(BIN)/auditwheel show dist/redoxide-*-manylinux2014_x86_64*.whl
+	$(PY) -m pytest tests/packaging $(PYTEST_ARGS)
 
 all: lint test ## Everything CI checks: lint, then the tests
 

@@ -1,8 +1,12 @@
 """One completion bridge per event loop: how the Rust core hands replies to asyncio.
 
-The Rust ``Bridge`` of a loop owns an eventfd that the loop watches with ``add_reader``; a
-finished command queues its slot there and the loop drains it. ``bridge()`` returns the running
-loop's bridge, making it on first use; the last one used is cached per thread.
+The Rust ``Bridge`` of a loop owns a descriptor that the loop watches with ``add_reader`` (an
+eventfd on Linux, a self-pipe elsewhere); a finished command queues its slot there and the loop
+drains it. A loop without a working ``add_reader`` (Windows' proactor loop raises
+``NotImplementedError``) gets a bridge that schedules the drain with ``call_soon_threadsafe``
+instead. ``REDOXIDE_ASYNC_WAKEUP=eventfd|pipe|threadsafe`` overrides the choice (for tests).
+``bridge()`` returns the running loop's bridge, making it on first use; the last one used is
+cached per thread.
 """
 
 from __future__ import annotations
@@ -43,8 +47,22 @@ def bridge() -> _redoxide.Bridge:
         return last[1]  # type: ignore[no-any-return]
     found = _bridges.by_loop.get(loop)
     if found is None:
-        found = _redoxide.Bridge(loop)
-        loop.add_reader(found.fileno(), found.drain)
+        found = _attach(loop)
         _bridges.by_loop[loop] = found
     local.last = (weakref.ref(loop), found)  # weak: a closed loop is not kept alive
     return found
+
+
+def _attach(loop: asyncio.AbstractEventLoop) -> _redoxide.Bridge:
+    """Return a new bridge for loop, registered with its ``add_reader`` if it has a descriptor
+    and the loop can watch one."""
+    made = _redoxide.Bridge(loop)
+    fd = made.fileno()
+    if fd is None:
+        return made
+    try:
+        loop.add_reader(fd, made.drain)
+    except NotImplementedError:
+        # The descriptor is closed with `made`; the loop is woken through Python instead.
+        return _redoxide.Bridge(loop, wakeup="threadsafe")
+    return made

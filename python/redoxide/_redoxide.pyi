@@ -2,7 +2,7 @@
 
 from asyncio import AbstractEventLoop
 from collections.abc import Awaitable, Generator, Iterable, Sequence
-from typing import Any, final, overload
+from typing import Any, Literal, final, overload
 
 # One command: its name, then its arguments.
 _Command = Sequence[str | bytes | int | float]
@@ -98,8 +98,15 @@ class Client:
 
 @final
 class Bridge:
-    def __new__(cls, event_loop: AbstractEventLoop) -> Bridge: ...
-    def fileno(self) -> int: ...
+    def __new__(
+        cls,
+        event_loop: AbstractEventLoop,
+        *,
+        wakeup: Literal["eventfd", "pipe", "threadsafe"] | None = None,
+    ) -> Bridge: ...
+    def fileno(self) -> int | None: ...
+    @property
+    def wakeup(self) -> Literal["eventfd", "pipe", "threadsafe"]: ...
     def drain(self) -> None: ...
 
 @final

@@ -2,8 +2,12 @@
 //!
 //! A `Bridge` belongs to one event loop. A tokio task that finishes a command stores its reply in
 //! the command's `Slot`. If the awaiting coroutine has parked on an asyncio future, the slot goes
-//! onto the bridge's queue and the bridge's eventfd is written (only when the queue turns
-//! non-empty); the loop, woken by `add_reader`, calls `Bridge.drain` and resolves the futures.
+//! onto the bridge's queue and the loop is woken (only when the queue turns non-empty); the loop
+//! calls `Bridge.drain` and resolves the futures. How it is woken (`Wakeup`, `Bridge.wakeup`):
+//! an eventfd (Linux) or a self-pipe (other Unixes) that the loop watches with `add_reader`, or,
+//! for a loop without `add_reader` (Windows' proactor), `loop.call_soon_threadsafe(drain)`: the
+//! one case where a completion takes the GIL, once per batch of replies, on tokio's blocking
+//! pool so that the I/O thread never waits for it.
 //!
 //! Before parking, an awaitable yields to the loop a few times (a bare `yield`, which asyncio
 //! treats as "run me again next iteration"), polling its slot: a reply that arrives within a loop
@@ -23,7 +27,7 @@ use pyo3::{intern, IntoPyObjectExt, PyTraverseError};
 use crate::errors::Result;
 use crate::proto::Reply;
 
-pub use queue::{CompletionGuard, LoopQueue, Slot};
+pub use queue::{CompletionGuard, LoopQueue, Slot, Wakeup};
 
 /// Add the asyncio bridge's classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -33,12 +37,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// One event loop's completion channel. Python registers `fileno()` with `loop.add_reader`
-/// and `drain` as its callback.
+/// and `drain` as its callback; with no descriptor (`fileno()` is None) the bridge schedules
+/// `drain` on the loop itself.
 #[pyclass(module = "redoxide._redoxide", frozen)]
 pub struct Bridge {
     pub queue: Arc<LoopQueue>,
     /// A weak reference: the loop owns the bridge (through its reader callback), not the
-    /// other way round, so a finished loop and its eventfd are freed.
+    /// other way round, so a finished loop and its descriptor are freed.
     event_loop: Py<PyAny>,
 }
 
@@ -48,40 +53,44 @@ impl Bridge {
         visit.call(&self.event_loop)
     }
 
+    /// A bridge for `event_loop`, woken as `wakeup` says ("eventfd", "pipe", "threadsafe");
+    /// by default as `REDOXIDE_ASYNC_WAKEUP` says, else the platform's descriptor.
     #[new]
-    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (event_loop, *, wakeup = None))]
+    fn new(event_loop: &Bound<'_, PyAny>, wakeup: Option<&str>) -> PyResult<Self> {
         let py = event_loop.py();
+        let chosen = match wakeup {
+            Some(name) => Wakeup::parse(name)?,
+            None => match std::env::var(Wakeup::ENV) {
+                Ok(name) => Wakeup::parse(&name)?,
+                Err(_) => None,
+            },
+        };
         let weak =
             py.import(intern!(py, "weakref"))?.getattr(intern!(py, "ref"))?.call1((event_loop,))?;
-        Ok(Bridge { queue: Arc::new(LoopQueue::new()?), event_loop: weak.unbind() })
+        let event_loop = weak.unbind();
+        let queue = LoopQueue::new(py, chosen.unwrap_or(Wakeup::platform_default()), &event_loop)?;
+        Ok(Bridge { queue, event_loop })
     }
 
-    /// Return the eventfd to watch for readability.
-    fn fileno(&self) -> i32 {
-        self.queue.fd()
+    /// Return the descriptor to watch for readability, or None if the bridge wakes the loop
+    /// with `call_soon_threadsafe`.
+    fn fileno(&self) -> Option<i32> {
+        #[cfg(unix)]
+        return self.queue.fd();
+        #[cfg(not(unix))]
+        return None;
+    }
+
+    /// How this bridge wakes its loop: "eventfd", "pipe" or "threadsafe".
+    #[getter]
+    fn wakeup(&self) -> &'static str {
+        self.queue.wakeup().name()
     }
 
     /// Resolve the futures of every parked task whose command has finished.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
-        // Wake every parked task even if one wake-up fails (the queue is already taken).
-        let mut first_error = None;
-        for slot in self.queue.take_ready() {
-            if let Some(future) = slot.take_waker() {
-                let future = future.bind(py);
-                // A cancelled task's future is already done; its outcome is simply dropped.
-                let woken = future.call_method0(intern!(py, "done")).and_then(|done| {
-                    if done.is_truthy()? {
-                        Ok(())
-                    } else {
-                        future.call_method1(intern!(py, "set_result"), (py.None(),)).map(drop)
-                    }
-                });
-                if let Err(err) = woken {
-                    first_error.get_or_insert(err);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        self.queue.drain(py)
     }
 }
 

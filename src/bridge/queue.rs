@@ -1,15 +1,18 @@
-//! Where a command's outcome waits for its awaitable, and the per-loop queue (with its
-//! eventfd) of outcomes whose tasks have parked.
+//! Where a command's outcome waits for its awaitable, and the per-loop queue of outcomes whose
+//! tasks have parked, with the signal that wakes the loop when it turns non-empty.
 
+#[cfg(unix)]
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::PyTraverseError;
+use pyo3::{intern, PyTraverseError};
 
 use crate::errors::{Error, Result};
+#[cfg(unix)]
 use crate::ffi;
 use crate::proto::Reply;
 
@@ -111,9 +114,115 @@ impl Drop for CompletionGuard {
     }
 }
 
-/// The queue of answered slots whose tasks are parked, and the eventfd that wakes the loop.
+/// How a loop learns that its queue turned non-empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wakeup {
+    /// A Linux eventfd the loop watches with `add_reader`.
+    EventFd,
+    /// A non-blocking self-pipe the loop watches with `add_reader` (macOS, the BSDs).
+    Pipe,
+    /// No descriptor: `loop.call_soon_threadsafe(drain)`, for loops without `add_reader`
+    /// (Windows' proactor loop). The completing thread takes the GIL, once per batch.
+    Threadsafe,
+}
+
+impl Wakeup {
+    /// The environment variable that overrides the automatic choice (read per bridge).
+    pub const ENV: &'static str = "REDOXIDE_ASYNC_WAKEUP";
+
+    /// What this platform watches when the loop has a working `add_reader`.
+    pub const fn platform_default() -> Self {
+        if cfg!(target_os = "linux") {
+            Wakeup::EventFd
+        } else if cfg!(unix) {
+            Wakeup::Pipe
+        } else {
+            Wakeup::Threadsafe
+        }
+    }
+
+    /// Parse a mode's name; the empty string is "choose for me".
+    pub fn parse(name: &str) -> PyResult<Option<Self>> {
+        match name.trim() {
+            "" => Ok(None),
+            "eventfd" => Ok(Some(Wakeup::EventFd)),
+            "pipe" => Ok(Some(Wakeup::Pipe)),
+            "threadsafe" => Ok(Some(Wakeup::Threadsafe)),
+            other => Err(PyValueError::new_err(format!(
+                "{} must be eventfd, pipe or threadsafe, not {other:?}",
+                Self::ENV
+            ))),
+        }
+    }
+
+    /// The mode's name, as `Bridge.wakeup` reports it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Wakeup::EventFd => "eventfd",
+            Wakeup::Pipe => "pipe",
+            Wakeup::Threadsafe => "threadsafe",
+        }
+    }
+}
+
+fn unavailable(wakeup: Wakeup) -> Error {
+    Error::Config(format!("the {} wake-up is not available on this platform", wakeup.name()))
+}
+
+/// The signal of one queue, chosen when the queue is made.
+enum Signal {
+    #[cfg(target_os = "linux")]
+    EventFd(OwnedFd),
+    #[cfg(unix)]
+    Pipe {
+        read: OwnedFd,
+        write: OwnedFd,
+    },
+    Threadsafe(OnceLock<Arc<Poster>>),
+}
+
+/// What the threadsafe signal posts to the loop: weak, so that neither the loop nor the queue
+/// is kept alive by the other (the loop's bridges live in a dict keyed weakly by loop).
+struct Poster {
+    /// `weakref.ref(loop)`.
+    event_loop: Py<PyAny>,
+    /// A `Drain` of this queue.
+    drain: Py<Drain>,
+}
+
+impl Poster {
+    /// Schedule the drain on the loop, taking the GIL for it.
+    fn post(&self) {
+        // Not during interpreter shutdown: nobody is left to wake.
+        Python::try_attach(|py| {
+            let Ok(event_loop) = self.event_loop.bind(py).call0() else { return };
+            if event_loop.is_none() {
+                return; // the loop is gone, and its tasks with it
+            }
+            // A closed loop refuses (RuntimeError): its tasks will never run again.
+            let _ = event_loop
+                .call_method1(intern!(py, "call_soon_threadsafe"), (self.drain.bind(py),));
+        });
+    }
+}
+
+/// The callback the threadsafe signal schedules on the loop: drains its queue, if it still
+/// exists.
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct Drain {
+    queue: Weak<LoopQueue>,
+}
+
+#[pymethods]
+impl Drain {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        self.queue.upgrade().map_or(Ok(()), |queue| queue.drain(py))
+    }
+}
+
+/// The queue of answered slots whose tasks are parked, and the signal that wakes the loop.
 pub struct LoopQueue {
-    fd: OwnedFd,
+    signal: Signal,
     ready: Mutex<Vec<Arc<Slot>>>,
     /// Recent reply latency, an exponentially weighted average in nanoseconds.
     latency_ns: AtomicU64,
@@ -122,14 +231,65 @@ pub struct LoopQueue {
 }
 
 impl LoopQueue {
-    pub fn new() -> Result<Self> {
-        let fd = ffi::eventfd().map_err(|e| Error::Internal(format!("eventfd failed: {e}")))?;
-        Ok(LoopQueue {
-            fd,
+    fn with_signal(signal: Signal) -> Self {
+        LoopQueue {
+            signal,
             ready: Mutex::new(Vec::new()),
             latency_ns: AtomicU64::new(INITIAL_LATENCY_NS),
             in_flight: AtomicUsize::new(0),
-        })
+        }
+    }
+
+    /// A queue for `event_loop` (a weak reference to it, for the threadsafe signal) that
+    /// signals through `wakeup`; an error if this platform has no such signal.
+    pub fn new(py: Python<'_>, wakeup: Wakeup, event_loop: &Py<PyAny>) -> PyResult<Arc<Self>> {
+        match wakeup {
+            Wakeup::Threadsafe => Self::threadsafe(py, event_loop),
+            #[cfg(unix)]
+            _ => Ok(Arc::new(Self::with_fd(wakeup)?)),
+            #[cfg(not(unix))]
+            other => Err(unavailable(other).into()),
+        }
+    }
+
+    fn threadsafe(py: Python<'_>, event_loop: &Py<PyAny>) -> PyResult<Arc<Self>> {
+        let queue = Arc::new(Self::with_signal(Signal::Threadsafe(OnceLock::new())));
+        let drain = Py::new(py, Drain { queue: Arc::downgrade(&queue) })?;
+        // The only kind of signal where there are no descriptors (Windows).
+        #[allow(irrefutable_let_patterns)]
+        if let Signal::Threadsafe(poster) = &queue.signal {
+            let event_loop = event_loop.clone_ref(py);
+            // Just made, so unset: the result says nothing.
+            let _ = poster.set(Arc::new(Poster { event_loop, drain }));
+        }
+        Ok(queue)
+    }
+
+    /// A queue signalling through a descriptor (`EventFd` or `Pipe`).
+    #[cfg(unix)]
+    pub fn with_fd(wakeup: Wakeup) -> Result<Self> {
+        let failed = |what: &str, e: std::io::Error| Error::Internal(format!("{what} failed: {e}"));
+        let signal = match wakeup {
+            #[cfg(target_os = "linux")]
+            Wakeup::EventFd => Signal::EventFd(ffi::eventfd().map_err(|e| failed("eventfd", e))?),
+            Wakeup::Pipe => {
+                let (read, write) = ffi::pipe().map_err(|e| failed("pipe", e))?;
+                Signal::Pipe { read, write }
+            }
+            other => return Err(unavailable(other)),
+        };
+        Ok(Self::with_signal(signal))
+    }
+
+    /// How this queue wakes its loop.
+    pub fn wakeup(&self) -> Wakeup {
+        match self.signal {
+            #[cfg(target_os = "linux")]
+            Signal::EventFd(_) => Wakeup::EventFd,
+            #[cfg(unix)]
+            Signal::Pipe { .. } => Wakeup::Pipe,
+            Signal::Threadsafe(_) => Wakeup::Threadsafe,
+        }
     }
 
     fn push(&self, slot: Arc<Slot>) {
@@ -139,22 +299,79 @@ impl LoopQueue {
             ready.push(slot);
             was_empty
         };
+        // Signalled outside the lock: the threadsafe signal waits for the GIL.
         if was_empty {
-            ffi::eventfd_signal(self.fd.as_raw_fd());
+            self.signal();
         }
     }
 
-    /// The eventfd the loop watches.
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    fn signal(&self) {
+        match &self.signal {
+            #[cfg(target_os = "linux")]
+            Signal::EventFd(fd) => ffi::eventfd_signal(fd.as_raw_fd()),
+            #[cfg(unix)]
+            Signal::Pipe { write, .. } => ffi::pipe_signal(write.as_raw_fd()),
+            Signal::Threadsafe(poster) => {
+                let Some(poster) = poster.get() else { return };
+                let poster = Arc::clone(poster);
+                // Posted from tokio's blocking pool, not from here: waiting here for the GIL
+                // (up to the interpreter's switch interval while the loop runs Python) would
+                // stall the I/O thread, and every reply behind it.
+                match crate::runtime::get() {
+                    Ok(runtime) => drop(runtime.spawn_blocking(move || poster.post())),
+                    Err(_) => poster.post(),
+                }
+            }
+        }
+    }
+
+    /// The descriptor the loop watches, if this queue signals through one.
+    #[cfg(unix)]
+    pub fn fd(&self) -> Option<RawFd> {
+        match &self.signal {
+            #[cfg(target_os = "linux")]
+            Signal::EventFd(fd) => Some(fd.as_raw_fd()),
+            Signal::Pipe { read, .. } => Some(read.as_raw_fd()),
+            Signal::Threadsafe(_) => None,
+        }
     }
 
     /// Take every queued slot.
     pub fn take_ready(&self) -> Vec<Arc<Slot>> {
-        // Reset the counter before taking the queue: a push racing with us either lands in what
-        // we take, or finds the queue empty and writes the fd again.
-        ffi::eventfd_reset(self.fd.as_raw_fd());
+        // Reset the signal before taking the queue: a push racing with us either lands in what
+        // we take, or finds the queue empty and signals again.
+        match &self.signal {
+            #[cfg(target_os = "linux")]
+            Signal::EventFd(fd) => ffi::eventfd_reset(fd.as_raw_fd()),
+            #[cfg(unix)]
+            Signal::Pipe { read, .. } => ffi::pipe_drain(read.as_raw_fd()),
+            // Each post is one call of `drain`: nothing to reset.
+            Signal::Threadsafe(_) => {}
+        }
         std::mem::take(&mut *lock(&self.ready))
+    }
+
+    /// Resolve the futures of every parked task whose command has finished.
+    pub fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        // Wake every parked task even if one wake-up fails (the queue is already taken).
+        let mut first_error = None;
+        for slot in self.take_ready() {
+            if let Some(future) = slot.take_waker() {
+                let future = future.bind(py);
+                // A cancelled task's future is already done; its outcome is simply dropped.
+                let woken = future.call_method0(intern!(py, "done")).and_then(|done| {
+                    if done.is_truthy()? {
+                        Ok(())
+                    } else {
+                        future.call_method1(intern!(py, "set_result"), (py.None(),)).map(drop)
+                    }
+                });
+                if let Err(err) = woken {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Count a command sent and not yet consumed by its awaitable.
@@ -165,6 +382,11 @@ impl LoopQueue {
     /// Count a command's awaitable gone.
     pub fn finished(&self) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Commands of this loop sent and not yet consumed by their awaitables.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Learn how long a reply took.
@@ -187,46 +409,78 @@ impl LoopQueue {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use std::io::Read;
 
     use super::*;
 
-    /// The eventfd's counter, read (and so reset); `None` if it was not signalled.
+    /// Every descriptor-based wake-up this platform has.
+    fn fd_modes() -> Vec<Wakeup> {
+        let mut modes = vec![Wakeup::Pipe];
+        if cfg!(target_os = "linux") {
+            modes.push(Wakeup::EventFd);
+        }
+        modes
+    }
+
+    /// How many times the queue's descriptor was signalled since the last read (and reads
+    /// it): `None` if not at all. An eventfd counts; a pipe holds one byte per signal.
     fn signals(queue: &LoopQueue) -> Option<u64> {
-        let dup = queue.fd.try_clone().unwrap();
+        let mut file = std::fs::File::from(dup(queue.fd().unwrap()));
         let mut buf = [0u8; 8];
-        let mut file = std::fs::File::from(dup);
-        file.read_exact(&mut buf).ok().map(|()| u64::from_ne_bytes(buf))
+        match queue.wakeup() {
+            Wakeup::EventFd => file.read_exact(&mut buf).ok().map(|()| u64::from_ne_bytes(buf)),
+            _ => file.read(&mut buf).ok().and_then(|n| u64::try_from(n).ok()),
+        }
+    }
+
+    /// A duplicate of the queue's descriptor, closed when dropped.
+    fn dup(fd: RawFd) -> OwnedFd {
+        // SAFETY: `fd` is open for the duration of this borrow (the queue owns it).
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().unwrap()
     }
 
     #[test]
     fn push_wakes_the_loop_only_when_the_queue_turns_non_empty() {
-        let queue = LoopQueue::new().unwrap();
-        assert_eq!(signals(&queue), None);
-        for _ in 0..3 {
+        for mode in fd_modes() {
+            let queue = LoopQueue::with_fd(mode).unwrap();
+            assert_eq!(queue.wakeup(), mode);
+            assert_eq!(signals(&queue), None, "{mode:?}");
+            for _ in 0..3 {
+                queue.push(Slot::new());
+            }
+            assert_eq!(signals(&queue), Some(1), "{mode:?}");
+            assert_eq!(queue.take_ready().len(), 3);
             queue.push(Slot::new());
+            assert_eq!(signals(&queue), Some(1), "{mode:?}");
         }
-        assert_eq!(signals(&queue), Some(1));
-        assert_eq!(queue.take_ready().len(), 3);
-        queue.push(Slot::new());
-        assert_eq!(signals(&queue), Some(1));
     }
 
     #[test]
-    fn take_ready_drains_the_queue_and_resets_the_eventfd() {
-        let queue = LoopQueue::new().unwrap();
-        queue.push(Slot::new());
-        queue.push(Slot::new());
-        assert_eq!(queue.take_ready().len(), 2);
-        assert_eq!(signals(&queue), None);
-        assert!(queue.take_ready().is_empty());
+    fn take_ready_drains_the_queue_and_resets_the_signal() {
+        for mode in fd_modes() {
+            let queue = LoopQueue::with_fd(mode).unwrap();
+            queue.push(Slot::new());
+            queue.push(Slot::new());
+            assert_eq!(queue.take_ready().len(), 2);
+            assert_eq!(signals(&queue), None, "{mode:?}");
+            assert!(queue.take_ready().is_empty());
+        }
+    }
+
+    #[test]
+    fn wakeup_names_parse_back() {
+        for mode in [Wakeup::EventFd, Wakeup::Pipe, Wakeup::Threadsafe] {
+            assert_eq!(Wakeup::parse(mode.name()).unwrap(), Some(mode));
+        }
+        assert_eq!(Wakeup::parse("").unwrap(), None);
+        assert_eq!(Wakeup::parse(" pipe ").unwrap(), Some(Wakeup::Pipe));
     }
 
     #[test]
     fn an_outcome_nobody_parked_on_is_kept_not_queued() {
-        let queue = LoopQueue::new().unwrap();
+        let queue = LoopQueue::with_fd(Wakeup::Pipe).unwrap();
         let unparked = Slot::new();
         unparked.complete(Ok(Reply::Okay), &queue);
         assert!(queue.take_ready().is_empty());
@@ -236,7 +490,7 @@ mod tests {
 
     #[test]
     fn no_polling_while_other_commands_are_in_flight() {
-        let queue = LoopQueue::new().unwrap();
+        let queue = LoopQueue::with_fd(Wakeup::Pipe).unwrap();
         queue.started();
         assert_eq!(queue.spin_window_ns(1), INITIAL_LATENCY_NS * 3 / 2);
         queue.started();
@@ -249,7 +503,7 @@ mod tests {
 
     #[test]
     fn the_latency_average_is_bounded() {
-        let queue = LoopQueue::new().unwrap();
+        let queue = LoopQueue::with_fd(Wakeup::Pipe).unwrap();
         for _ in 0..200 {
             queue.record_latency(u64::MAX);
         }

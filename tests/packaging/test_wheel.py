@@ -1,13 +1,21 @@
-"""The wheel, as users get it: build it, install it in a fresh virtualenv, use the cache."""
+"""The wheel and the sdist, as users get them: build, check the platform tag, install each in
+fresh virtualenvs of the oldest and newest supported CPython, use the cache against a real
+redis-server (sync and async).
+
+The wheel is the one `make wheel` builds (manylinux2014 through zig): taken from dist/ if it
+is newer than every source file, else built here the same way.
+"""
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import venv
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
@@ -17,6 +25,9 @@ from support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 1200  # a clean release build with fat LTO takes minutes on 2 cores
+# The oldest glibc the wheel may need: manylinux2014 is glibc 2.17.
+MANYLINUX = "manylinux2014"
+MAX_GLIBC_MINOR = 17
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +48,31 @@ import redoxide
 import redoxide._redoxide
 from django.core.cache import cache
 
+
+async def twins():
+    await cache.aset("agreeting", {"hello": "async"}, 30)
+    await cache.aset_many({"a1": 1, "a2": [2]})
+    return {
+        "aget": await cache.aget("greeting"),
+        "aget_set": await cache.aget("agreeting"),
+        "aget_many": await cache.aget_many(["a1", "a2", "nope"]),
+        "aincr": await cache.aincr("count", 10),
+        "amissing": await cache.aget("missing", "default"),
+    }
+
+
 cache.set("greeting", {"hello": "wheel"}, 30)
 cache.set("count", 41)
+cache.set_many({"m1": 1, "m2": "two"})
 result = {
+    "python": list(sys.version_info[:2]),
     "package": redoxide.__file__,
     "extension": redoxide._redoxide.__file__,
     "get": cache.get("greeting"),
+    "get_many": cache.get_many(["m1", "m2", "nope"]),
     "incr": cache.incr("count"),
-    "aget": asyncio.run(cache.aget("greeting")),
-    "aincr": asyncio.run(cache.aincr("count", 10)),
     "missing": cache.get("missing", "default"),
+    **asyncio.run(twins()),
 }
 print(json.dumps(result))
 """
@@ -67,90 +93,191 @@ def _newest_source_mtime() -> float:
     return max(p.stat().st_mtime for p in paths if p.exists() and "__pycache__" not in p.parts)
 
 
-def _wheel(tmp_path: Path) -> Path:
-    """Return the abi3 wheel: from dist/ if `make wheel` built it after the last source
-    change, otherwise freshly built (in the usual target/ dir: cargo's lock serialises it
-    with any other build)."""
-    newest_source = _newest_source_mtime()
-    built = sorted(
-        (ROOT / "dist").glob("redoxide-*-abi3-*.whl"),
-        key=lambda w: w.stat().st_mtime,
-    )
-    if built and built[-1].stat().st_mtime > newest_source:
-        return built[-1]
-    maturin = _maturin()
-    if maturin is None:
-        pytest.skip("maturin is not installed")
-    out = tmp_path / "dist"
-    cmd = [maturin, "build", "--release", "--out", str(out), "--interpreter", sys.executable]
-    env = {
+def _build_env() -> dict[str, str]:
+    return {
         **os.environ,
-        "PATH": f"{Path.home() / '.cargo' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "PATH": os.pathsep.join(
+            [
+                str(Path(sys.executable).parent),
+                str(Path.home() / ".cargo" / "bin"),
+                os.environ["PATH"],
+            ]
+        ),
     }
+
+
+def _fresh(pattern: str) -> Path | None:
+    """Return the newest dist/ file matching pattern if it is newer than every source."""
+    built = sorted((ROOT / "dist").glob(pattern), key=lambda w: w.stat().st_mtime)
+    if built and built[-1].stat().st_mtime > _newest_source_mtime():
+        return built[-1]
+    return None
+
+
+def _run_build(cmd: list[str], out: Path, pattern: str) -> Path:
     proc = subprocess.run(
         cmd,
         cwd=ROOT,
-        env=env,
+        env=_build_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         timeout=BUILD_TIMEOUT,
     )
-    assert proc.returncode == 0, f"maturin build failed:\n{proc.stdout[-6000:]}"
-    wheels = list(out.glob("redoxide-*.whl"))
-    assert len(wheels) == 1, f"expected one wheel, got {wheels}:\n{proc.stdout[-2000:]}"
-    return wheels[0]
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-6000:]}"
+    made = list(out.glob(pattern))
+    assert len(made) == 1, f"expected one {pattern}, got {made}:\n{proc.stdout[-2000:]}"
+    return made[0]
 
 
-@pytest.mark.timeout(BUILD_TIMEOUT + 300)
-def test_wheel_installs_in_a_fresh_virtualenv_and_serves_the_cache(tmp_path: Path) -> None:
-    wheel = _wheel(tmp_path)
-    assert "-cp310-abi3-" in wheel.name, f"{wheel.name} is not an abi3 wheel for CPython 3.10+"
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-    for expected in ("redoxide/__init__.py", "redoxide/py.typed"):
-        assert expected in names, f"{expected} missing from {wheel.name}: {names}"
-    assert any(n.startswith("redoxide/_redoxide") and n.endswith(".abi3.so") for n in names), names
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Return the manylinux2014 abi3 wheel, built as `make wheel` builds it if dist/ has no
+    fresh one."""
+    found = _fresh(f"redoxide-*-abi3-{MANYLINUX}_*.whl")
+    if found is not None:
+        return found
+    maturin = _maturin()
+    if maturin is None:
+        pytest.skip("maturin is not installed")
+    if importlib.util.find_spec("ziglang") is None:
+        pytest.skip("ziglang is not installed (pip install ziglang; make wheel does)")
+    out = tmp_path_factory.mktemp("dist")
+    # The same command as `make wheel`; its own target dir, so that the zig-linked build and
+    # `maturin develop`'s do not rebuild each other's dependencies.
+    cmd = [maturin, "build", "--release", "--zig", "--compatibility", MANYLINUX]
+    cmd += ["--target-dir", str(ROOT / "target" / "wheel")]
+    cmd += ["--out", str(out), "--interpreter", sys.executable]
+    return _run_build(cmd, out, "redoxide-*.whl")
 
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    # A clean environment: nothing from the source checkout or the dev venv may leak in.
+
+def _interpreters() -> list[object]:
+    """The current interpreter and the oldest and newest supported CPython from pyenv."""
+    params: list[object] = [pytest.param(sys.executable, id="current")]
+    root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    for minor in ("3.10", "3.13"):
+        found = sorted(glob.glob(f"{root}/versions/{minor}.*/bin/python"))
+        marks = [] if found else [pytest.mark.skip(reason=f"no CPython {minor} under {root}")]
+        params.append(pytest.param(found[-1] if found else minor, id=minor, marks=marks))
+    return params
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment for a fresh venv: nothing from the checkout or the dev venv."""
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE"}
+        and not key.startswith("REDOXIDE_")
     }
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    pip = subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", str(wheel), f"django=={version('django')}"],
-        cwd=tmp_path,
-        env=env,
+    return env
+
+
+def _venv_with(base_python: str, env_dir: Path, *requirements: str) -> Path:
+    """Make a fresh venv with base_python and pip install requirements into it."""
+    made = subprocess.run(
+        [base_python, "-m", "venv", "--clear", str(env_dir)],
+        env=_clean_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=120,
     )
-    assert pip.returncode == 0, f"pip install failed:\n{pip.stdout}\n{pip.stderr}"
+    assert made.returncode == 0, f"venv failed:\n{made.stderr}"
+    python = env_dir / "bin" / "python"
+    pip = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", *requirements],
+        cwd=env_dir.parent,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    assert pip.returncode == 0, f"pip install failed:\n{pip.stdout[-4000:]}\n{pip.stderr[-4000:]}"
+    return python
 
+
+def _check_serves_the_cache(python: Path, env_dir: Path) -> dict[str, object]:
+    """Use the installed package against a throwaway redis-server; check the smoke contract."""
     with RedisServer() as server:
         run = subprocess.run(
             [python, "-c", USE_CACHE, server.url],
-            cwd=tmp_path,
-            env=env,
+            cwd=env_dir.parent,
+            env=_clean_env(),
             capture_output=True,
             text=True,
             timeout=60,
         )
-        assert run.returncode == 0, f"using the installed wheel failed:\n{run.stderr}"
-        result = json.loads(run.stdout)
+        assert run.returncode == 0, f"using the installed package failed:\n{run.stderr}"
+        result: dict[str, object] = json.loads(run.stdout)
         raw_count = server.cli("get", ":1:count")
 
-    assert Path(result["package"]).is_relative_to(env_dir), result["package"]
-    assert result["extension"].endswith(".abi3.so"), result["extension"]
+    assert Path(str(result["package"])).is_relative_to(env_dir), result["package"]
+    assert str(result["extension"]).endswith(".abi3.so"), result["extension"]
     assert result["get"] == {"hello": "wheel"}
+    assert result["get_many"] == {"m1": 1, "m2": "two"}
     assert result["incr"] == 42
-    assert result["aget"] == {"hello": "wheel"}
-    assert result["aincr"] == 52
     assert result["missing"] == "default"
+    assert result["aget"] == {"hello": "wheel"}
+    assert result["aget_set"] == {"hello": "async"}
+    assert result["aget_many"] == {"a1": 1, "a2": [2]}
+    assert result["aincr"] == 52
+    assert result["amissing"] == "default"
     # Stored as Django's builtin backend stores it: key "prefix:version:key", ints as digits.
     assert raw_count == "52"
+    return result
+
+
+def test_wheel_is_abi3_and_manylinux2014_by_auditwheel(wheel: Path) -> None:
+    assert "-cp310-abi3-" in wheel.name, f"{wheel.name} is not an abi3 wheel for CPython 3.10+"
+    assert f"{MANYLINUX}_x86_64" in wheel.name, wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    for expected in ("redoxide/__init__.py", "redoxide/py.typed", "redoxide/_redoxide.pyi"):
+        assert expected in names, f"{expected} missing from {wheel.name}: {names}"
+    assert any(n.startswith("redoxide/_redoxide") and n.endswith(".abi3.so") for n in names), names
+    auditwheel = Path(sys.executable).with_name("auditwheel")
+    if not auditwheel.exists():
+        pytest.skip("auditwheel is not installed (pip install auditwheel)")
+    shown = subprocess.run(
+        [auditwheel, "show", str(wheel)], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    tag = re.search(r'consistent with the following platform tag: "manylinux_2_(\d+)_x86_64"', text)
+    assert tag, shown.stdout
+    assert int(tag.group(1)) <= MAX_GLIBC_MINOR, shown.stdout
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT + 300)
+@pytest.mark.parametrize("base_python", _interpreters())
+def test_wheel_installs_in_a_fresh_virtualenv_and_serves_the_cache(
+    wheel: Path, base_python: str, tmp_path: Path
+) -> None:
+    env_dir = tmp_path / "venv"
+    python = _venv_with(base_python, env_dir, str(wheel), f"django=={version('django')}")
+    result = _check_serves_the_cache(python, env_dir)
+    expected = subprocess.run(
+        [base_python, "-c", "import sys; print(list(sys.version_info[:2]))"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result["python"] == json.loads(expected.stdout)
+
+
+@pytest.mark.timeout(2 * BUILD_TIMEOUT)
+def test_sdist_builds_with_pip_in_a_clean_virtualenv(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    sdist = _fresh("redoxide-*.tar.gz")
+    if sdist is None:
+        maturin = _maturin()
+        if maturin is None:
+            pytest.skip("maturin is not installed")
+        out = tmp_path_factory.mktemp("sdist")
+        sdist = _run_build([maturin, "sdist", "--out", str(out)], out, "redoxide-*.tar.gz")
+    env_dir = tmp_path / "venv"
+    # pip builds it from source in isolation: maturin from the index, the crates from cargo.
+    python = _venv_with(sys.executable, env_dir, str(sdist), f"django=={version('django')}")
+    _check_serves_the_cache(python, env_dir)
