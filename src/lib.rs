@@ -6,6 +6,7 @@ mod errors;
 mod ffi;
 #[cfg(test)]
 mod fuzz_tests;
+mod idle;
 mod proto;
 mod py;
 mod runtime;

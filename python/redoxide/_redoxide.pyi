@@ -40,6 +40,7 @@ class Client:
         tls_keyfile: bytes | None = None,
         tls_verify: bool = True,
         tls_check_hostname: bool = True,
+        shared_sync: bool = False,
     ) -> Client: ...
     @property
     def address(self) -> str: ...

@@ -53,6 +53,7 @@ _ALIASES = {
     "CONNECTION_POOL_KWARGS": "pool_kwargs",
     "CONNECTION_POOL_CLASS": "pool_class",
     "PARSER_CLASS": "parser_class",
+    "SYNC_CONNECTIONS": "sync_connections",
     "SIGN_VALUES": "sign_values",
     "SIGNING_KEY": "signing_key",
     **TLS_OPTIONS,
@@ -101,6 +102,9 @@ class Config:
     sentinels: tuple[tuple[str, int], ...] = ()
     sentinel_username: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
+    #: Sync calls share the process' multiplexed connection (SYNC_CONNECTIONS "shared")
+    #: instead of one connection per thread ("per-thread", the default).
+    shared_sync: bool = False
     #: TLS settings passed to every Rust client, as sorted (name, value) pairs.
     tls: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # holds the client key
 
@@ -137,6 +141,7 @@ class Config:
             self.sentinel_username,
             self.sentinel_password,
             self.tls,
+            self.shared_sync,
         )
 
 
@@ -481,6 +486,15 @@ def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, A
         kwargs["db"] = db
 
 
+def _sync_connections(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
+    if "sync_connections" not in opts:
+        return
+    value = opts["sync_connections"]
+    if value not in ("per-thread", "shared"):
+        raise _fail(names["sync_connections"], f'must be "per-thread" or "shared", not {value!r}')
+    kwargs["shared_sync"] = value == "shared"
+
+
 def _value_codec(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
     """Pickle protocol, serializer, compressor, signing."""
     protocol = opts.get("pickle_protocol")
@@ -579,6 +593,7 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     opts, names = _names(options)
     kwargs: dict[str, Any] = {"servers": servers}
     _connection(opts, names, kwargs)
+    _sync_connections(opts, names, kwargs)
     _value_codec(opts, names, kwargs)
     _behaviour(opts, names, kwargs)
     _topology(opts, names, kwargs)

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyList;
 use redis::io::tcp::TcpSettings;
 use redis::{IntoConnectionInfo, Pipeline, Value};
@@ -27,7 +29,37 @@ type Convert = fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>;
 
 /// Add the class to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Client>()
+    m.add_class::<Client>()?;
+    m.add_function(wrap_pyfunction!(_flush_writes, m)?)
+}
+
+/// Write what this thread's event loop deferred (scheduled by `schedule_flush`).
+#[pyfunction]
+fn _flush_writes() {
+    crate::transport::flush_deferred();
+}
+
+/// Have the running event loop write what its tasks send, once the tasks ready now have run
+/// (`loop.call_soon`): their commands then reach the server in one write. Without a loop to
+/// ask, write now.
+fn schedule_flush(py: Python<'_>) {
+    static GET_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    static FLUSH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let scheduled = GET_LOOP
+        .get_or_try_init(py, || {
+            py.import("asyncio").and_then(|m| m.getattr("get_running_loop")).map(Bound::unbind)
+        })
+        .and_then(|get_loop| {
+            let flush = FLUSH.get_or_try_init(py, || {
+                py.import("redoxide._redoxide")
+                    .and_then(|m| m.getattr("_flush_writes"))
+                    .map(Bound::unbind)
+            })?;
+            get_loop.bind(py).call0()?.call_method1(intern!(py, "call_soon"), (flush,))
+        });
+    if scheduled.is_err() {
+        crate::transport::flush_deferred();
+    }
 }
 
 /// A connection to one Redis/Valkey server for one configuration.
@@ -38,6 +70,8 @@ pub struct Client {
     /// host:port or socket path, for messages: never credentials.
     addr: Arc<str>,
     pub(crate) transport: Transport,
+    /// Sync calls share the multiplexed connection instead of one connection per thread.
+    shared_sync: bool,
 }
 
 fn secs(name: &str, value: f64) -> PyResult<Duration> {
@@ -52,14 +86,30 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 
 impl Client {
     fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
-        let reply = py.detach(|| exec_sync(self.id, &self.transport, &req))?;
+        let reply = py.detach(|| {
+            if self.shared_sync {
+                if let Some(outcome) = self.transport.call_shared(&req) {
+                    return outcome;
+                }
+            }
+            exec_sync(self.id, &self.transport, &req)
+        })?;
         convert(py, reply)
     }
 
-    fn run_async(&self, bridge: Py<Bridge>, req: Request, convert: Convert) -> PyResult<Pending> {
+    fn run_async(
+        &self,
+        py: Python<'_>,
+        bridge: Py<Bridge>,
+        req: Request,
+        convert: Convert,
+    ) -> PyResult<Pending> {
         let slot = Slot::new();
         let queue = Arc::clone(&bridge.get().queue);
-        let poller = self.transport.submit(req, Arc::clone(&slot), queue)?;
+        let (poller, schedule) = self.transport.submit(req, Arc::clone(&slot), queue)?;
+        if schedule {
+            schedule_flush(py);
+        }
         Ok(Pending::new(slot, bridge, poller, convert))
     }
 
@@ -93,7 +143,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         match bridge {
             None => self.run_sync(py, req, convert),
-            Some(bridge) => Ok(Py::new(py, self.run_async(bridge, req, convert)?)?.into_any()),
+            Some(bridge) => Ok(Py::new(py, self.run_async(py, bridge, req, convert)?)?.into_any()),
         }
     }
 }
@@ -105,11 +155,12 @@ impl Client {
     /// `readonly` sends READONLY after connecting: reads from a cluster replica.
     /// The `tls_*` arguments apply to `rediss://` URLs: PEM bytes of the CA certificates and
     /// of a client certificate and key, whether to verify the server's certificate at all,
-    /// and whether it must name the host.
+    /// and whether it must name the host. `shared_sync` makes sync calls share the one
+    /// multiplexed connection (plain servers) instead of one connection per thread.
     #[pyo3(signature = (
         url, *, connect_timeout, response_timeout, username=None, password=None, db=None,
         readonly=false, tls_ca_certs=None, tls_certfile=None, tls_keyfile=None, tls_verify=true,
-        tls_check_hostname=true,
+        tls_check_hostname=true, shared_sync=false,
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
@@ -125,6 +176,7 @@ impl Client {
         tls_keyfile: Option<Vec<u8>>,
         tls_verify: bool,
         tls_check_hostname: bool,
+        shared_sync: bool,
     ) -> PyResult<Self> {
         guard(|| {
             runtime::watch_forks();
@@ -160,7 +212,12 @@ impl Client {
                 response: secs("SOCKET_TIMEOUT", response_timeout)?,
             };
             let transport = Transport::open(info, tls, readonly, timeouts, &addr)?;
-            Ok(Client { id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed), addr, transport })
+            Ok(Client {
+                id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+                addr,
+                transport,
+                shared_sync,
+            })
         })
     }
 

@@ -20,6 +20,7 @@ use crate::proto::handshake::Handshake;
 use crate::proto::{Reply, Request};
 
 pub use fanout::{fanout_sync, Call};
+pub use mux::flush_deferred;
 pub use thread_conns::exec_sync;
 pub use tls::TlsOptions;
 
@@ -100,6 +101,14 @@ impl Transport {
         }
     }
 
+    /// A sync call on the process' shared multiplexed connection (plain servers), the GIL
+    /// released by the caller; None for TLS, whose sync calls use a connection per thread.
+    pub fn call_shared(&self, req: &Request) -> Option<Result<Reply>> {
+        let Transport::Plain { mux, .. } = self else { return None };
+        let (packed, replies) = req.pack();
+        Some(mux.call(&packed, replies))
+    }
+
     /// A new blocking connection, for one thread.
     fn connect(&self) -> Result<Link> {
         match self {
@@ -108,21 +117,23 @@ impl Transport {
         }
     }
 
-    /// Send a request on the process' shared connection; its outcome lands in `slot`.
-    /// Return the connection, if a caller waiting for the reply may poll it.
+    /// Send a request from an event loop on the process' shared connection; its outcome
+    /// lands in `slot`. Return the connection, if a caller waiting for the reply may poll
+    /// it, and whether the loop must call `flush_deferred` soon (see `Mux::submit`).
     pub fn submit(
         &self,
         req: Request,
         slot: Arc<Slot>,
         queue: Arc<LoopQueue>,
-    ) -> Result<Option<Arc<dyn Poller>>> {
+    ) -> Result<(Option<Arc<dyn Poller>>, bool)> {
         match self {
             Transport::Plain { mux, .. } => {
                 let (packed, replies) = req.pack();
-                let conn: Arc<dyn Poller> = mux.submit(&packed, replies, slot, queue)?;
-                Ok(Some(conn))
+                let (conn, schedule) = mux.submit(&packed, replies, slot, queue)?;
+                let conn: Arc<dyn Poller> = conn;
+                Ok((Some(conn), schedule))
             }
-            Transport::Tls(tls) => tls.submit(req, slot, queue).map(|()| None),
+            Transport::Tls(tls) => tls.submit(req, slot, queue).map(|()| (None, false)),
         }
     }
 }

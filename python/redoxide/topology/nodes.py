@@ -26,6 +26,7 @@ def new_client(config: Config, url: str, **kwargs: Any) -> _redoxide.Client:
             url,
             connect_timeout=config.connect_timeout,
             response_timeout=config.socket_timeout,
+            shared_sync=config.shared_sync,
             **kwargs,
             **config.tls_kwargs,
         )
@@ -49,6 +50,7 @@ def node_client(
         config.connect_timeout,
         config.socket_timeout,
         config.tls,
+        config.shared_sync,
     )
 
     def make() -> _redoxide.Client:

@@ -39,9 +39,20 @@ impl Default for Spin {
 impl Spin {
     /// How long to poll for this call's reply (zero: block at once).
     pub fn window(&mut self) -> Duration {
+        self.window_given(crate::idle::core_free())
+    }
+
+    /// `window`, given whether the host has a core to spare.
+    fn window_given(&mut self, core_free: bool) -> Duration {
         self.calls = self.calls.wrapping_add(1);
-        // After repeated misses, poll no more, except now and then to notice faster replies.
-        if self.misses >= 4 && !self.calls.is_multiple_of(64) {
+        let probe = self.calls.is_multiple_of(64);
+        // After repeated misses, or while replies take longer than polling lasts (a network
+        // in between), poll no more, except now and then to notice faster replies.
+        if (self.misses >= 4 || self.typical > MAX_SPIN) && !probe {
+            return Duration::ZERO;
+        }
+        // With no core to spare, polling takes the CPU from the work that would answer.
+        if !core_free {
             return Duration::ZERO;
         }
         (self.typical * 2).min(MAX_SPIN)
@@ -63,15 +74,26 @@ mod tests {
     #[test]
     fn the_window_follows_recent_round_trips_within_a_bound() {
         let mut spin = Spin::default();
-        assert_eq!(spin.window(), 80 * US);
+        assert_eq!(spin.window_given(true), 80 * US);
         for _ in 0..64 {
             spin.record(10 * US, true);
         }
-        assert!(spin.window() <= 22 * US, "{spin:?}");
+        assert!(spin.window_given(true) <= 22 * US, "{spin:?}");
         for _ in 0..64 {
-            spin.record(Duration::from_secs(1), true);
+            spin.record(MAX_SPIN, true);
         }
-        assert_eq!(spin.window(), MAX_SPIN);
+        assert_eq!(spin.window_given(true), MAX_SPIN);
+    }
+
+    #[test]
+    fn no_polling_without_a_free_core_or_behind_a_slow_network() {
+        let mut spin = Spin::default();
+        assert_eq!(spin.window_given(false), Duration::ZERO);
+        for _ in 0..64 {
+            spin.record(Duration::from_millis(2), true);
+        }
+        let polled = (0..128).filter(|_| !spin.window_given(true).is_zero()).count();
+        assert_eq!(polled, 2, "only the occasional probe");
     }
 
     #[test]
@@ -80,10 +102,10 @@ mod tests {
         for _ in 0..4 {
             spin.record(MAX_SPIN, false);
         }
-        let polled = (0..128).filter(|_| !spin.window().is_zero()).count();
+        let polled = (0..128).filter(|_| !spin.window_given(true).is_zero()).count();
         assert_eq!(polled, 2);
         // A caught reply resumes polling.
         spin.record(20 * US, true);
-        assert!(!spin.window().is_zero());
+        assert!(!spin.window_given(true).is_zero());
     }
 }

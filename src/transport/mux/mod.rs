@@ -7,6 +7,7 @@
 //! One reader task parses replies and completes slots. A broken or stalled connection fails
 //! every waiting command with a typed error and is replaced on the next command.
 
+mod done;
 mod fifo;
 mod stream;
 
@@ -22,12 +23,20 @@ use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
 use crate::ffi;
 use crate::proto::read_buf::unreadable;
-use crate::proto::{ReadBuf, Replies};
+use crate::proto::{ReadBuf, Replies, Reply};
 use crate::runtime;
 use crate::transport::PlainConfig;
 
+pub use done::{Done, ThreadWait};
 use fifo::{Fifo, Unsolicited};
 use stream::Stream;
+
+/// How long a sync caller on the shared connection reads for its reply itself, when a core is
+/// free, before leaving it to the I/O thread.
+const POLL_FOR_REPLY: Duration = Duration::from_micros(60);
+/// Past the connect and response timeouts, how long a sync caller waits for a connection
+/// whose own deadlines failed to answer it.
+const GUARD: Duration = Duration::from_millis(250);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -35,8 +44,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A command waiting for its reply.
 struct Waiter {
-    slot: Arc<Slot>,
-    queue: Arc<LoopQueue>,
+    done: Done,
     deadline: Instant,
 }
 
@@ -88,6 +96,20 @@ impl Poller for Conn {
 }
 
 impl Conn {
+    /// Write the buffered bytes from this thread, unless the writer task has them.
+    fn flush_now(&self) {
+        let mut st = lock(&self.state);
+        let Phase::Ready(fd) = st.phase else { return };
+        if st.writing || st.outbuf.is_empty() {
+            return;
+        }
+        let sent = ffi::send_nonblocking(fd, &st.outbuf).min(st.outbuf.len());
+        st.outbuf.drain(..sent);
+        if !st.outbuf.is_empty() {
+            self.wake_writer.notify_one();
+        }
+    }
+
     /// Parse the complete replies in the read buffer and hand them to their waiters.
     fn absorb(&self, rs: &mut ReadBuf) -> Result<()> {
         // Parse the complete replies first, holding only `reading`: submitters wait on
@@ -126,7 +148,7 @@ impl Conn {
             }
         }
         for (w, value) in done {
-            w.slot.complete(Ok(value), &w.queue);
+            w.done.complete(Ok(value));
         }
         failure.map_or(Ok(()), Err)
     }
@@ -148,7 +170,7 @@ impl Conn {
             ffi::shutdown(stream.fd());
         }
         for w in failed {
-            w.slot.complete(Err(err.clone()), &w.queue);
+            w.done.complete(Err(err.clone()));
         }
     }
 }
@@ -214,13 +236,47 @@ impl Mux {
     }
 
     /// Send packed commands; the outcome lands in `slot` (one value, or a list of them).
+    /// From an event loop's thread: while replies are outstanding, the bytes wait for the
+    /// loop's `flush_deferred` (what the loop's other tasks send meanwhile goes in the same
+    /// write); the returned flag says that flush must be scheduled.
     pub fn submit(
         &self,
         packed: &[u8],
         replies: Replies,
         slot: Arc<Slot>,
         queue: Arc<LoopQueue>,
-    ) -> Result<Arc<Conn>> {
+    ) -> Result<(Arc<Conn>, bool)> {
+        // A lone command (nothing else of this loop in flight) is written at once: nothing
+        // would share its write, and the loop need not come round first.
+        let defer = queue.in_flight() > 0;
+        self.submit_for(packed, replies, Done::Loop { slot, queue }, defer)
+    }
+
+    /// Send packed commands from a sync caller and block (GIL released) for the outcome: the
+    /// process' threads then share this one connection, and what they send together reaches
+    /// the server as one write.
+    pub fn call(&self, packed: &[u8], replies: Replies) -> Result<Reply> {
+        let wait = Arc::new(ThreadWait::default());
+        let (conn, _) = self.submit_for(packed, replies, Done::Thread(Arc::clone(&wait)), false)?;
+        if crate::idle::core_free() {
+            // A reply due within microseconds is read from this thread, not the I/O thread.
+            let until = std::time::Instant::now() + POLL_FOR_REPLY;
+            while !wait.is_done() && std::time::Instant::now() < until {
+                conn.poll();
+                std::hint::spin_loop();
+            }
+        }
+        let limit = self.config.connect_timeout + self.config.response_timeout + GUARD;
+        wait.wait(limit, &self.config.addr)
+    }
+
+    fn submit_for(
+        &self,
+        packed: &[u8],
+        replies: Replies,
+        done: Done,
+        defer: bool,
+    ) -> Result<(Arc<Conn>, bool)> {
         let conn = self.conn()?;
         let mut st = lock(&conn.state);
         let budget = match st.phase {
@@ -228,14 +284,15 @@ impl Mux {
             _ => self.config.response_timeout,
         };
         let was_idle = st.waiting.is_empty();
-        let waiter = Waiter { slot, queue, deadline: Instant::now() + budget };
+        let waiter = Waiter { done, deadline: Instant::now() + budget };
         if let Some((w, nothing)) = st.waiting.push(waiter, replies) {
             drop(st);
-            w.slot.complete(Ok(nothing), &w.queue);
-            return Ok(conn);
+            w.done.complete(Ok(nothing));
+            return Ok((conn, false));
         }
+        let mut schedule = false;
         match st.phase {
-            Phase::Ready(fd) if was_idle && st.outbuf.is_empty() && !st.writing => {
+            Phase::Ready(fd) if was_idle && !defer && st.outbuf.is_empty() && !st.writing => {
                 // Nothing in flight: write from this thread, saving a hop to the I/O thread.
                 let sent = ffi::send_nonblocking(fd, packed);
                 if sent < packed.len() {
@@ -244,11 +301,16 @@ impl Mux {
                 }
             }
             Phase::Ready(_) => {
-                // Replies are outstanding: batch with whatever else comes this tick.
-                let wake = st.outbuf.is_empty() && !st.writing;
+                // Replies are outstanding: batch with whatever else comes this tick (bytes
+                // already waiting are someone's to write: the writer's, or a loop's flush).
+                let unclaimed = st.outbuf.is_empty() && !st.writing;
                 st.outbuf.extend_from_slice(packed);
-                if wake {
-                    conn.wake_writer.notify_one();
+                if unclaimed {
+                    if defer {
+                        schedule = defer_flush(&conn);
+                    } else {
+                        conn.wake_writer.notify_one();
+                    }
                 }
             }
             Phase::Connecting => st.outbuf.extend_from_slice(packed),
@@ -262,13 +324,48 @@ impl Mux {
                 });
                 drop(st);
                 if let Some(w) = w {
-                    w.slot.complete(Err(cause), &w.queue);
+                    w.done.complete(Err(cause));
                 }
-                return Ok(conn);
+                return Ok((conn, false));
             }
         }
         drop(st);
-        Ok(conn)
+        Ok((conn, schedule))
+    }
+}
+
+thread_local! {
+    /// Connections with bytes this thread's event loop will write at its next flush, with the
+    /// fork generation they belong to (a forked child must never write a parent's socket).
+    static DEFERRED: std::cell::RefCell<Vec<(u64, Arc<Conn>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Leave a connection's buffered bytes to this thread's next `flush_deferred`; true if that
+/// flush is not scheduled yet.
+fn defer_flush(conn: &Arc<Conn>) -> bool {
+    DEFERRED
+        .try_with(|deferred| {
+            let mut deferred = deferred.borrow_mut();
+            let first = deferred.is_empty();
+            deferred.push((runtime::generation(), Arc::clone(conn)));
+            first
+        })
+        .unwrap_or_else(|_| {
+            conn.wake_writer.notify_one(); // thread shutting down: the writer takes them
+            false
+        })
+}
+
+/// Write what this thread's event loop deferred: one write per connection for everything
+/// its tasks sent since the last flush. What the socket does not take goes to the writer.
+pub fn flush_deferred() {
+    let conns = DEFERRED.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
+    let generation = runtime::generation();
+    for (born, conn) in conns {
+        if born == generation {
+            conn.flush_now();
+        }
     }
 }
 

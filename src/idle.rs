@@ -1,0 +1,92 @@
+//! Whether this host has a core to spare right now.
+//!
+//! Polling for a reply instead of sleeping in the kernel saves a wake-up when a core is idle,
+//! and takes a core from other work when none is: the other threads and workers of a busy
+//! server, and often Redis itself. So callers poll only while the host's runnable tasks
+//! (`/proc/loadavg`'s fourth field, this caller included) leave a core free. The reading is
+//! taken at most every `REFRESH` per process and shared by every thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long one reading of the host's load is used.
+const REFRESH: Duration = Duration::from_millis(2);
+
+static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+static FREE: AtomicBool = AtomicBool::new(true);
+
+fn now_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+/// Whether a core is free for polling (true where the load cannot be read).
+pub fn core_free() -> bool {
+    let now = now_ns();
+    let last = CHECKED_AT_NS.load(Ordering::Relaxed);
+    if last != u64::MAX && now.saturating_sub(last) < REFRESH.as_nanos() as u64 {
+        return FREE.load(Ordering::Relaxed);
+    }
+    CHECKED_AT_NS.store(now, Ordering::Relaxed);
+    let free = runnable().is_none_or(|running| leaves_a_core(running, cores()));
+    FREE.store(free, Ordering::Relaxed);
+    free
+}
+
+/// `running` tasks (the caller among them) leave a core idle for a reply to arrive on.
+fn leaves_a_core(running: usize, cores: usize) -> bool {
+    cores > 1 && running < cores
+}
+
+/// The host's runnable tasks now, if the system says.
+fn runnable() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+        parse_loadavg(&text)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// The runnable count from `/proc/loadavg` ("0.50 0.40 0.30 2/180 12345").
+fn parse_loadavg(text: &str) -> Option<usize> {
+    let field = text.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runnable_count_is_read_from_loadavg() {
+        assert_eq!(parse_loadavg("0.50 0.40 0.30 2/180 12345\n"), Some(2));
+        assert_eq!(parse_loadavg("garbage"), None);
+        assert_eq!(parse_loadavg("1 2 3 x/4 5"), None);
+    }
+
+    #[test]
+    fn a_core_is_free_only_when_the_runnable_tasks_leave_one() {
+        assert!(leaves_a_core(1, 2));
+        assert!(!leaves_a_core(2, 2));
+        assert!(leaves_a_core(3, 4));
+        assert!(!leaves_a_core(1, 1), "one core: the reply needs the caller's core");
+    }
+
+    #[test]
+    fn the_reading_is_cached() {
+        let first = core_free();
+        // Within REFRESH the same answer comes back without reading again.
+        assert_eq!(core_free(), first);
+    }
+}

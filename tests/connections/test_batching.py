@@ -1,0 +1,86 @@
+"""What reaches the server together: commands sent by an event loop's tasks in one loop
+iteration share a write, and SYNC_CONNECTIONS "shared" puts every thread's sync calls on the
+one multiplexed connection. Counted on a server of the test's own (INFO stats, CLIENT LIST)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from support.backend import build_cache, is_redoxide
+from support.servers import RedisServer
+
+pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's connection handling")
+
+
+def stats(server: RedisServer) -> tuple[int, int]:
+    """(reads the server made from client sockets, commands it ran)."""
+    info = server.info("stats")
+    return int(info["total_reads_processed"]), int(info["total_commands_processed"])
+
+
+def test_commands_of_concurrent_tasks_share_writes(fresh_redis_server: RedisServer) -> None:
+    cache = build_cache(fresh_redis_server.url)
+
+    async def main() -> list[Any]:
+        await cache.aset("warm", 1)  # the connection is up before counting
+        before = stats(fresh_redis_server)
+        for _ in range(20):
+            await asyncio.gather(*(cache.aset(f"k{i}", i) for i in range(50)))
+        got = await asyncio.gather(*(cache.aget(f"k{i}") for i in range(50)))
+        return [before, stats(fresh_redis_server), got]
+
+    (reads0, cmds0), (reads1, cmds1), got = asyncio.run(main())
+    assert got == list(range(50))
+    commands = cmds1 - cmds0  # (the INFO calls count too: a couple more)
+    assert commands >= 1050
+    # One write per loop iteration carries what every task sent meanwhile: far fewer reads
+    # for the server than commands (one per command without batching).
+    assert reads1 - reads0 < commands / 5, (reads1 - reads0, commands)
+
+
+def test_shared_sync_connection_serves_every_thread(fresh_redis_server: RedisServer) -> None:
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(200):
+                cache.set(f"t{t}:{i}", {"i": i})
+                assert cache.get(f"t{t}:{i}") == {"i": i}
+                assert cache.get_many([f"t{t}:{i}", "missing"]) == {f"t{t}:{i}": {"i": i}}
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert cache.incr_version("t0:0") == 2  # plans run on it too
+    # One connection for the 8 threads (and async calls), not one per thread.
+    assert fresh_redis_server.client_count() == 1
+
+
+def test_shared_sync_connection_recovers_after_a_kill(fresh_redis_server: RedisServer) -> None:
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
+    cache.set("k", 1)
+    fresh_redis_server.cli("CLIENT", "KILL", "TYPE", "normal")
+    outcomes = []
+    for _ in range(3):
+        try:
+            outcomes.append(cache.get("k"))
+        except ConnectionError:
+            outcomes.append("lost")
+    # A call may meet the dying connection; the next one reconnects.
+    assert outcomes[-1] == 1
+
+
+def test_sync_connections_option_is_validated(fresh_redis_server: RedisServer) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="SYNC_CONNECTIONS"):
+        build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "pooled"}})
