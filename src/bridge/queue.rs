@@ -389,11 +389,6 @@ impl LoopQueue {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Commands of this loop sent and not yet consumed by their awaitables.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
     /// Learn how long a reply took.
     pub fn record_latency(&self, ns: u64) {
         let old = self.latency_ns.load(Ordering::Relaxed);
