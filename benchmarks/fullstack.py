@@ -141,6 +141,7 @@ class Backend:
     name: str
     async_class: str  # BACKEND under ASGI
     sync_class: str  # BACKEND under WSGI
+    options: str = ""  # OPTIONS, as JSON
 
     def backend(self, kind: str) -> str:
         return self.async_class if kind == "async" else self.sync_class
@@ -154,6 +155,13 @@ BACKENDS = {
     b.name: b
     for b in (
         _same("redoxide", "redoxide.RedisCache"),
+        # Every thread's sync calls on the one multiplexed connection (the same under ASGI).
+        Backend(
+            "redoxide-shared",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            '{"SYNC_CONNECTIONS": "shared"}',
+        ),
         # Defaults, as its README configures it: msgpack serializer, one multiplexed connection.
         _same("django-vcache", "django_vcache.backend.ValkeyCache"),
         Backend(
@@ -279,6 +287,7 @@ def run_group(
         "BENCH_BACKEND": backend.backend(mode.kind),
         "BENCH_LOCATION": f"redis://127.0.0.1:{location_port}/0",
         "BENCH_KEY_PREFIX": "fs-" + re.sub(r"\W", "", backend.name),
+        "BENCH_OPTIONS": backend.options,
     }
     app = AppServer(mode, project, env)
     tag = f"{condition}/{mode.name}/{backend.name}"
@@ -438,7 +447,11 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--warmup", type=int, help="warm-up seconds per cell (default 2; --quick 1)")
     p.add_argument("--servers", default=",".join(SERVERS), help="default: %(default)s")
     p.add_argument("--views", default=",".join(VIEWS), help="default: %(default)s")
-    p.add_argument("--backends", default=",".join(BACKENDS), help="default: %(default)s")
+    p.add_argument(
+        "--backends",
+        default=",".join(b for b in BACKENDS if b != "redoxide-shared"),
+        help="default: %(default)s (also: redoxide-shared)",
+    )
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="default: %(default)s")
     p.add_argument("--delay-ms", type=float, default=0.5, help="per direction (default 0.5)")
     p.add_argument("--no-save", action="store_true", help="print only, write no files")

@@ -5,7 +5,9 @@ Each one makes a check and a change atomic where no single command does both.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "EXTEND", "INCR", "NOT_AN_INTEGER", "RELEASE", "RENAME"]
+import hashlib
+
+__all__ = ["ACQUIRE", "EXTEND", "INCR", "INCR_SHA", "NOT_AN_INTEGER", "RELEASE", "RENAME"]
 
 #: The error code INCR answers with when the stored value is not a 64-bit integer.
 NOT_AN_INTEGER = "NOTINT"
@@ -18,6 +20,8 @@ INCR = (
     "if type(n) == 'table' and n.err then "
     f"return redis.error_reply('{NOT_AN_INTEGER} ' .. n.err) end return n"
 )
+#: INCR by its SHA1 (EVALSHA): the server neither receives nor hashes the body on every call.
+INCR_SHA = hashlib.sha1(INCR.encode()).hexdigest()
 #: Take a recompute lock only while the value is missing (-2) or has less than ARGV[3] ms left.
 ACQUIRE = (
     "local left = redis.call('PTTL', KEYS[1]) "

@@ -25,7 +25,7 @@ from redoxide._protocols import ClientLike
 from redoxide._structures import StructuresMixin
 from redoxide._values import ValuesMixin
 from redoxide.compressors import IdentityCompressor
-from redoxide.exceptions import CrossSlotError, ResponseError
+from redoxide.exceptions import CrossSlotError, NoScriptError, ResponseError
 from redoxide.lock import LockMixin
 from redoxide.options import parse_config
 from redoxide.plans import Computed, FailOpen, Plan
@@ -298,9 +298,16 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         # ignore_key_check (create): plain INCRBY, which starts a missing key at 0 with no
         # expiry, as django-redis does. It answers ERR (no code of its own) where the script
         # answers NOTINT.
-        command = ("INCRBY", made, delta) if create else ("EVAL", _scripts.INCR, 1, made, delta)
+        if create:
+            command: tuple[Any, ...] = ("INCRBY", made, delta)
+        else:
+            command = ("EVALSHA", _scripts.INCR_SHA, 1, made, delta)
         try:
-            value = yield c.execute, (command,)
+            try:
+                value = yield c.execute, (command,)
+            except NoScriptError:
+                # The server has not seen the script yet (or flushed it): send it whole once.
+                value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
         except ResponseError as exc:
             if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
                 raise

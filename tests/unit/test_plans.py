@@ -117,15 +117,29 @@ def test_incr_falls_back_to_read_add_write_on_a_non_integer(cache: RedisCache) -
     def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         command = args[0]
         sent.append(tuple(command))
-        if command[0] == "EVAL":
+        if command[0] == "EVALSHA":
             return response_error(_scripts.NOT_AN_INTEGER, "NOTINT ERR value is not an integer")
         if command[0] == "GET":
             return pickle.dumps(1.5)
         return True
 
     assert drive(cache._incr("k", 1, None), answer) == 2.5
-    assert [c[0] for c in sent] == ["EVAL", "GET", "SET"]
+    assert [c[0] for c in sent] == ["EVALSHA", "GET", "SET"]
     assert sent[2][1] == "p:1:k" and "KEEPTTL" in sent[2]
+
+
+def test_incr_sends_the_script_whole_once_the_server_lacks_it(cache: RedisCache) -> None:
+    sent: list[tuple[Any, ...]] = []
+
+    def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        sent.append(tuple(args[0]))
+        if args[0][0] == "EVALSHA":
+            return response_error("NOSCRIPT", "NOSCRIPT No matching script")
+        return 5
+
+    assert drive(cache._incr("k", 1, None), answer) == 5
+    assert [c[0] for c in sent] == ["EVALSHA", "EVAL"]
+    assert sent[0][1] == _scripts.INCR_SHA and sent[1][1] == _scripts.INCR
 
 
 def test_incr_raises_other_error_replies(cache: RedisCache) -> None:

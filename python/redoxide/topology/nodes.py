@@ -10,9 +10,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from redoxide import _redoxide
+from redoxide._location import redact
 from redoxide._registry import Registry
 from redoxide.exceptions import ConfigurationError
-from redoxide.options import Config, redact
+from redoxide.options import Config
 
 __all__ = ["discovery_budget", "new_client", "node_client"]
 
