@@ -399,13 +399,24 @@ impl LoopQueue {
     /// How long an awaitable polls before parking; `own` is how many of the loop's commands
     /// in flight its caller sent together (see `Pending.sent_with`).
     pub fn spin_window_ns(&self, own: usize) -> u64 {
+        self.spin_window_given(own, crate::idle::core_free())
+    }
+
+    /// `spin_window_ns`, given whether the host has a core to spare.
+    fn spin_window_given(&self, own: usize, core_free: bool) -> u64 {
         if self.in_flight.load(Ordering::Relaxed) > own {
             // Other commands are in flight: their replies arrive in batches, one eventfd
             // wake-up serves them all, and polling would only burn the loop's time.
             return 0;
         }
+        let latency = self.latency_ns.load(Ordering::Relaxed);
+        if !core_free || latency > MAX_SPIN_NS {
+            // No core to spare (polling takes it from the work that answers), or replies
+            // slower than any poll (a network in between): park at once.
+            return 0;
+        }
         // Poll a little past the typical latency; beyond that the reply is late anyway.
-        (self.latency_ns.load(Ordering::Relaxed) * 3 / 2).min(MAX_SPIN_NS)
+        (latency * 3 / 2).min(MAX_SPIN_NS)
     }
 }
 
@@ -492,13 +503,15 @@ mod tests {
     fn no_polling_while_other_commands_are_in_flight() {
         let queue = LoopQueue::with_fd(Wakeup::Pipe).unwrap();
         queue.started();
-        assert_eq!(queue.spin_window_ns(1), INITIAL_LATENCY_NS * 3 / 2);
+        assert_eq!(queue.spin_window_given(1, true), INITIAL_LATENCY_NS * 3 / 2);
         queue.started();
-        assert_eq!(queue.spin_window_ns(1), 0);
+        assert_eq!(queue.spin_window_given(1, true), 0);
         // Two sent together by one caller: each may poll.
-        assert_eq!(queue.spin_window_ns(2), INITIAL_LATENCY_NS * 3 / 2);
+        assert_eq!(queue.spin_window_given(2, true), INITIAL_LATENCY_NS * 3 / 2);
         queue.finished();
-        assert_eq!(queue.spin_window_ns(1), INITIAL_LATENCY_NS * 3 / 2);
+        assert_eq!(queue.spin_window_given(1, true), INITIAL_LATENCY_NS * 3 / 2);
+        // Without a free core, never.
+        assert_eq!(queue.spin_window_given(1, false), 0);
     }
 
     #[test]
@@ -508,10 +521,11 @@ mod tests {
             queue.record_latency(u64::MAX);
         }
         assert!(queue.latency_ns.load(Ordering::Relaxed) <= 4 * MAX_SPIN_NS);
-        assert_eq!(queue.spin_window_ns(0), MAX_SPIN_NS);
+        // Replies slower than any poll: none.
+        assert_eq!(queue.spin_window_given(0, true), 0);
         for _ in 0..200 {
             queue.record_latency(1_000);
         }
-        assert!(queue.spin_window_ns(0) < 2_000, "{}", queue.spin_window_ns(0));
+        assert!(queue.spin_window_given(0, true) < 2_000, "{}", queue.spin_window_given(0, true));
     }
 }
