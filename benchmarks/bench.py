@@ -94,6 +94,8 @@ class Target:
     # "native": a* methods await the client directly; "sync_to_async": Django's BaseCache
     # defaults (a thread hop per call); "none": the backend has no a* methods.
     async_api: str
+    # Its stored format is its own (a wire prefix): its keys are prepared through it.
+    own_format: bool = False
 
     def supports(self, mode: str) -> bool:
         return self.sync_api if mode == "sync" else self.async_api != "none"
@@ -118,6 +120,15 @@ TARGETS = (
         "django_valkey.async_cache.cache.AsyncValkeyCache",
         sync_api=False,
         async_api="native",
+    ),
+    # Rust-cored and multiplexed; needs Python >= 3.12 (skipped with a note where it does not
+    # import). Its defaults: msgpack with its own wire prefix, so it reads only what it wrote.
+    Target(
+        "vcache",
+        "django_vcache.backend.ValkeyCache",
+        sync_api=True,
+        async_api="native",
+        own_format=True,
     ),
 )
 TARGET_NAMES = tuple(t.name for t in TARGETS)
@@ -256,8 +267,13 @@ class Observer:
     def received(self) -> int:
         return int(self.raw.info("stats")["total_connections_received"])
 
-    def prepare(self, prefix: str, n: int) -> None:
-        """Store n hit keys and a zeroed counter in the Django/django-redis format."""
+    def prepare(self, prefix: str, n: int, through: Any = None) -> None:
+        """Store n hit keys and a zeroed counter in the Django/django-redis format (or with
+        the cache `through`, for a backend with a format of its own)."""
+        if through is not None:
+            through.set_many({f"k{i}": VALUE for i in range(n)})
+            through.set("ctr", 0)
+            return
         pipe = self.raw.pipeline(transaction=False)
         pipe.mset({f"{prefix}:1:k{i}": PICKLED_VALUE for i in range(n)})
         pipe.set(f"{prefix}:1:ctr", 0)  # ints are stored as raw digits
@@ -364,8 +380,8 @@ class Bench:
 
     # checks (untimed): the stored format must be the one the observer prepares
 
-    def check_sync(self, cache: Any, prefix: str) -> str | None:
-        self.observer.prepare(prefix, BATCH)
+    def check_sync(self, cache: Any, prefix: str, own: bool = False) -> str | None:
+        self.observer.prepare(prefix, BATCH, cache if own else None)
         if cache.get("k0") != VALUE:
             return "get of a prepared key did not return the value"
         if len(cache.get_many([f"k{i}" for i in range(BATCH)])) != BATCH:
@@ -374,8 +390,8 @@ class Bench:
             return "incr of a prepared counter did not return 1"
         return None
 
-    async def check_async(self, cache: Any, prefix: str) -> str | None:
-        self.observer.prepare(prefix, BATCH)
+    async def check_async(self, cache: Any, prefix: str, own: bool = False) -> str | None:
+        self.observer.prepare(prefix, BATCH, cache if own else None)
         if await cache.aget("k0") != VALUE:
             return "aget of a prepared key did not return the value"
         if len(await cache.aget_many([f"k{i}" for i in range(BATCH)])) != BATCH:
@@ -388,7 +404,8 @@ class Bench:
 
     def begin_target_run(self, target: Target, mode: str) -> tuple[int, int]:
         n = self.config.ops_for(target, mode)
-        self.observer.prepare(f"bench-{target.name}", n)
+        own = self.caches[target.name] if target.own_format else None
+        self.observer.prepare(f"bench-{target.name}", n, own)
         gc.collect()
         return n, self.observer.received()
 
@@ -455,7 +472,8 @@ class Bench:
         for target in self.mode_targets("sync"):
             received0 = self.observer.received()
             try:
-                problem = self.check_sync(self.caches[target.name], f"bench-{target.name}")
+                cache = self.caches[target.name]
+                problem = self.check_sync(cache, f"bench-{target.name}", target.own_format)
             except Exception as exc:
                 problem = repr(exc)
             self.track(target, "sync")
@@ -479,7 +497,8 @@ class Bench:
         for target in self.mode_targets(mode):
             received0 = self.observer.received()
             try:
-                problem = await self.check_async(self.caches[target.name], f"bench-{target.name}")
+                cache = self.caches[target.name]
+                problem = await self.check_async(cache, f"bench-{target.name}", target.own_format)
             except Exception as exc:
                 problem = repr(exc)
             self.track(target, mode)
