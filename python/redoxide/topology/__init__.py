@@ -13,6 +13,7 @@ connection makes the router re-learn the topology and retry once if that moved t
 a timeout is raised (the call already used its time) and the topology is re-learnt on the
 next call.
 
+    base.py       the ClientLike methods over a read path and a write path
     nodes.py      the process-wide node clients
     flight.py     one discovery at a time
     health.py     replicas left out of the rotation after a failure

@@ -4,11 +4,12 @@ the replicas that answer."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redoxide import plans
 from redoxide._protocols import ClientLike
+from redoxide.topology.base import Router
 from redoxide.topology.health import ReplicaHealth
 
 __all__ = ["ReplicaRouter", "call"]
@@ -20,7 +21,7 @@ def call(client: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
     return method(*args) if bridge is None else method(*args, bridge)
 
 
-class ReplicaRouter:
+class ReplicaRouter(Router):
     """Writes to `primary`; get / get_many rotate over the replicas that answer.
 
     `primary` is any ClientLike: a node's Rust client, or a Sentinel-followed primary.
@@ -57,32 +58,5 @@ class ReplicaRouter:
         plan = self.health.read(replica, name, args, (getattr(self.primary, name), args))
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 
-    # -- the ClientLike interface
-
-    def get(self, key: str, bridge: Any = None) -> Any:
-        return self._read("get", (key,), bridge)
-
-    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
-        return self._read("mget", (list(keys),), bridge)
-
-    def set(
-        self,
-        key: str,
-        value: bytes,
-        ttl_ms: int | None = None,
-        nx: bool = False,
-        xx: bool = False,
-        bridge: Any = None,
-    ) -> Any:
-        return call(self.primary, "set", (key, value, ttl_ms, nx, xx), bridge)
-
-    def set_many(
-        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
-    ) -> Any:
-        return call(self.primary, "set_many", (list(keys), list(values), ttl_ms), bridge)
-
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
-        return call(self.primary, "execute", (args,), bridge)
-
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        return call(self.primary, "pipeline", (list(commands),), bridge)
+    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        return call(self.primary, name, args, bridge)

@@ -9,13 +9,13 @@ after a timeout. Reads go through a ReplicaRouter whose primary is the followed 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redoxide import plans
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ReadOnlyError
 from redoxide.options import Config
 from redoxide.plans import Plan
+from redoxide.topology.base import Router
 from redoxide.topology.flight import Flight
 from redoxide.topology.nodes import discovery_budget, new_client, node_client
 from redoxide.topology.replicas import ReplicaRouter, call
@@ -26,7 +26,7 @@ __all__ = ["MIN_REFRESH_INTERVAL", "SentinelPrimary", "SentinelRouter"]
 MIN_REFRESH_INTERVAL = 0.05
 
 
-class SentinelPrimary:
+class SentinelPrimary(Router):
     """The current primary of a Sentinel service, as a ClientLike that follows failovers."""
 
     def __init__(self, config: Config) -> None:
@@ -146,7 +146,7 @@ class SentinelPrimary:
 
     # -- calls
 
-    def _call(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         primary = self.node
         if primary is None or self.suspect:
             plan = self._discover_then_call(name, args)
@@ -186,36 +186,8 @@ class SentinelPrimary:
             raise exc
         return (yield getattr(now, name), args)
 
-    def get(self, key: str, bridge: Any = None) -> Any:
-        return self._call("get", (key,), bridge)
 
-    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
-        return self._call("mget", (list(keys),), bridge)
-
-    def set(
-        self,
-        key: str,
-        value: bytes,
-        ttl_ms: int | None = None,
-        nx: bool = False,
-        xx: bool = False,
-        bridge: Any = None,
-    ) -> Any:
-        return self._call("set", (key, value, ttl_ms, nx, xx), bridge)
-
-    def set_many(
-        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
-    ) -> Any:
-        return self._call("set_many", (list(keys), list(values), ttl_ms), bridge)
-
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
-        return self._call("execute", (args,), bridge)
-
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        return self._call("pipeline", (list(commands),), bridge)
-
-
-class SentinelRouter:
+class SentinelRouter(Router):
     """Writes to the Sentinel-followed primary; reads from its replicas when asked to."""
 
     def __init__(self, config: Config) -> None:
@@ -231,30 +203,5 @@ class SentinelRouter:
         self._reads.replicas = self.primary.replicas  # as last learnt
         return call(self._reads, name, args, bridge)
 
-    def get(self, key: str, bridge: Any = None) -> Any:
-        return self._read("get", (key,), bridge)
-
-    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
-        return self._read("mget", (list(keys),), bridge)
-
-    def set(
-        self,
-        key: str,
-        value: bytes,
-        ttl_ms: int | None = None,
-        nx: bool = False,
-        xx: bool = False,
-        bridge: Any = None,
-    ) -> Any:
-        return self.primary.set(key, value, ttl_ms, nx, xx, bridge)
-
-    def set_many(
-        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
-    ) -> Any:
-        return self.primary.set_many(keys, values, ttl_ms, bridge)
-
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
-        return self.primary.execute(args, bridge)
-
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        return self.primary.pipeline(commands, bridge)
+    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        return call(self.primary, name, args, bridge)
