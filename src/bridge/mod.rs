@@ -222,6 +222,7 @@ impl Pending {
             return Ok(py.None());
         }
         let bridge = self.bridge.get();
+        bridge.queue.help_drain(py);
         let event_loop = bridge.event_loop.bind(py).call0()?;
         let future = event_loop.call_method0(intern!(py, "create_future"))?;
         if let Some(outcome) = self.slot.park(future.clone().unbind()) {

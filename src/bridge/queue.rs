@@ -3,7 +3,7 @@
 
 #[cfg(unix)]
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use pyo3::exceptions::PyValueError;
@@ -194,15 +194,21 @@ impl Poster {
     /// Schedule the drain on the loop, taking the GIL for it.
     fn post(&self) {
         // Not during interpreter shutdown: nobody is left to wake.
-        Python::try_attach(|py| {
-            let Ok(event_loop) = self.event_loop.bind(py).call0() else { return };
-            if event_loop.is_none() {
-                return; // the loop is gone, and its tasks with it
-            }
-            // A closed loop refuses (RuntimeError): its tasks will never run again.
-            let _ = event_loop
-                .call_method1(intern!(py, "call_soon_threadsafe"), (self.drain.bind(py),));
+        let posted = Python::try_attach(|py| {
+            let Ok(event_loop) = self.event_loop.bind(py).call0() else { return false };
+            // None: the loop is gone, and its tasks with it. A closed loop refuses
+            // (RuntimeError): its tasks will never run again.
+            !event_loop.is_none()
+                && event_loop
+                    .call_method1(intern!(py, "call_soon_threadsafe"), (self.drain.bind(py),))
+                    .is_ok()
         });
+        if posted != Some(true) {
+            // Nothing will run the drain: let the next completion try again.
+            if let Some(queue) = self.drain.get().queue.upgrade() {
+                queue.posted.store(false, Ordering::Release);
+            }
+        }
     }
 }
 
@@ -216,7 +222,10 @@ pub struct Drain {
 #[pymethods]
 impl Drain {
     fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        self.queue.upgrade().map_or(Ok(()), |queue| queue.drain(py))
+        let Some(queue) = self.queue.upgrade() else { return Ok(()) };
+        // Before taking the queue: a completion after this posts again.
+        queue.posted.store(false, Ordering::Release);
+        queue.drain(py)
     }
 }
 
@@ -228,6 +237,9 @@ pub struct LoopQueue {
     latency_ns: AtomicU64,
     /// Commands of this loop not yet consumed by their awaitable.
     in_flight: AtomicUsize,
+    /// The threadsafe signal's drain is scheduled and has not started: completions meanwhile
+    /// need no other post (its drain, or one by the loop thread, takes them).
+    posted: AtomicBool,
 }
 
 impl LoopQueue {
@@ -237,6 +249,7 @@ impl LoopQueue {
             ready: Mutex::new(Vec::new()),
             latency_ns: AtomicU64::new(INITIAL_LATENCY_NS),
             in_flight: AtomicUsize::new(0),
+            posted: AtomicBool::new(false),
         }
     }
 
@@ -313,6 +326,9 @@ impl LoopQueue {
             Signal::Pipe { write, .. } => ffi::pipe_signal(write.as_raw_fd()),
             Signal::Threadsafe(poster) => {
                 let Some(poster) = poster.get() else { return };
+                if self.posted.swap(true, Ordering::AcqRel) {
+                    return;
+                }
                 let poster = Arc::clone(poster);
                 // Posted from tokio's blocking pool, not from here: waiting here for the GIL
                 // (up to the interpreter's switch interval while the loop runs Python) would
@@ -349,6 +365,17 @@ impl LoopQueue {
             Signal::Threadsafe(_) => {}
         }
         std::mem::take(&mut *lock(&self.ready))
+    }
+
+    /// On the loop's thread, while it runs anyway: resolve what is queued now rather than
+    /// when the posted drain runs (which needs the GIL handed over). Only the threadsafe
+    /// signal gains: a descriptor is read by the loop before it runs anything else.
+    pub fn help_drain(&self, py: Python<'_>) {
+        if matches!(self.signal, Signal::Threadsafe(_)) && !lock(&self.ready).is_empty() {
+            // An error resolving a future (none expected: done ones are skipped) belongs to no
+            // caller of this one.
+            let _ = self.drain(py);
+        }
     }
 
     /// Resolve the futures of every parked task whose command has finished.
