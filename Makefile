@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak wheel all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"

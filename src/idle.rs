@@ -59,6 +59,7 @@ fn runnable() -> Option<usize> {
 }
 
 /// The runnable count from `/proc/loadavg` ("0.50 0.40 0.30 2/180 12345").
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // read only where /proc is
 fn parse_loadavg(text: &str) -> Option<usize> {
     let field = text.split_whitespace().nth(3)?;
     field.split('/').next()?.parse().ok()
