@@ -15,6 +15,7 @@
 //! latencies this loop has seen lately, and other runnable tasks run during each tick.
 
 mod queue;
+mod slot;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,7 +28,8 @@ use pyo3::{intern, IntoPyObjectExt, PyTraverseError};
 use crate::errors::Result;
 use crate::proto::Reply;
 
-pub use queue::{CompletionGuard, LoopQueue, Slot, Wakeup};
+pub use queue::{LoopQueue, Wakeup};
+pub use slot::{CompletionGuard, Slot};
 
 /// Add the asyncio bridge's classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
