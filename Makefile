@@ -75,7 +75,7 @@ $(DJANGO42_STAMP): $(BUILD_STAMP)
 	@touch $@
 
 test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
-	$(VENV42)/bin/python -m pytest tests/contract $(PYTEST_ARGS)
+	$(VENV42)/bin/python -m pytest tests/contract tests/unit/test_async_native.py $(PYTEST_ARGS)
 
 # Each supported Django release with the oldest and the newest Python it supports (pyenv's
 # interpreters, called by path: pyenv's shims do not run non-global versions). One venv each,
@@ -97,7 +97,7 @@ test-matrix: install ## Django's contract and the async contract on Django 5.2, 
 			touch $$venv/.redoxide-deps.stamp; \
 		fi; \
 		echo "== Django $$($$venv/bin/python -c 'import django; print(django.__version__)') on Python $$($$venv/bin/python -c 'import platform; print(platform.python_version())')"; \
-		$$venv/bin/python -m pytest -q -p no:cacheprovider tests/contract -k "not on_topologies" $(PYTEST_ARGS); \
+		$$venv/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS); \
 	done
 
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
