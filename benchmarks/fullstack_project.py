@@ -8,9 +8,12 @@ JSON). Every view has an async twin (for the ASGI servers) and a sync twin (for 
   aget_many of those 10, adelete of one key;
 - ``read``: 10 gets of hot keys, one 10-key get_many, and one set in every ten requests;
 - ``base``: no cache at all, a 2-byte response (the server's and Django's own cost);
-- ``setup``: writes the counter and the hot keys, then reads one back (run once per server).
+- ``setup``: writes the counter and the hot keys, then reads one back (run once per server);
+- ``six_open``: the six calls of ``six`` for a fail-open cache (fullstack_soak.py's faults):
+  a miss, an unreachable server or a restarted, empty one (no counter) still answers 200.
 
-A view whose reads miss answers 500, so a misconfigured backend shows up as non-2xx.
+A view whose reads miss answers 500 (but ``six_open``), so a misconfigured backend shows up as
+non-2xx.
 """
 
 from __future__ import annotations
@@ -133,6 +136,36 @@ async def asix(request):
     return _reply(value is not None and len(got) == len(BATCH))
 
 
+def six_open(request):
+    try:
+        n = cache.incr("counter") or 0  # None: the server is away (IGNORE_EXCEPTIONS)
+    except ValueError:  # a restarted, empty server has no counter yet
+        n = 0
+        cache.add("counter", n, None)
+    item = f"item:{n % ITEMS}"
+    cache.set(item, VALUE)
+    cache.get(item)
+    cache.set_many(BATCH)
+    cache.get_many(BATCH_KEYS)
+    cache.delete(f"item:{(n + ITEMS // 2) % ITEMS}")
+    return HttpResponse(b"ok")
+
+
+async def asix_open(request):
+    try:
+        n = await cache.aincr("counter") or 0
+    except ValueError:
+        n = 0
+        await cache.aadd("counter", n, None)
+    item = f"item:{n % ITEMS}"
+    await cache.aset(item, VALUE)
+    await cache.aget(item)
+    await cache.aset_many(BATCH)
+    await cache.aget_many(BATCH_KEYS)
+    await cache.adelete(f"item:{(n + ITEMS // 2) % ITEMS}")
+    return HttpResponse(b"ok")
+
+
 def read(request):
     hits = sum(cache.get(key) is not None for key in HOT)
     got = cache.get_many(HOT)
@@ -169,10 +202,12 @@ from benchsite import views
 urlpatterns = [
     path("sync/setup/", views.setup),
     path("sync/six/", views.six),
+    path("sync/six_open/", views.six_open),
     path("sync/read/", views.read),
     path("sync/base/", views.base),
     path("async/setup/", views.asetup),
     path("async/six/", views.asix),
+    path("async/six_open/", views.asix_open),
     path("async/read/", views.aread),
     path("async/base/", views.abase),
 ]
