@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak wheel wheel-check all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -159,6 +159,10 @@ bench-fullstack: install $(BENCH312_STAMP) ## Full stack: Django under granian/u
 
 soak: install ## ASGI soak: examples/ under uvicorn, 64 HTTP clients for 60 s (SOAK_ARGS='--seconds 10')
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+soak-fullstack: install $(BENCH312_STAMP) ## Full-stack soak: granian ASGI + WSGI 4t 10 min each under wrk, then redis-server killed twice under fail-open (SOAK_FULLSTACK_ARGS='--minutes 1')
+	@command -v wrk >/dev/null || apt-get install -y wrk
+	$(VENV312)/bin/python benchmarks/fullstack_soak.py $(SOAK_FULLSTACK_ARGS)
 
 # zig links against glibc 2.17's symbols, so the wheel is manylinux2014 whatever this host's
 # glibc; target/wheel keeps that build apart from `maturin develop`'s. maturin finds zig as
