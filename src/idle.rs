@@ -3,10 +3,11 @@
 //! Polling for a reply instead of sleeping in the kernel saves a wake-up when a core is idle,
 //! and takes a core from other work when none is: the other threads and workers of a busy
 //! server, and often Redis itself. So callers poll only while the host's runnable tasks
-//! (`/proc/loadavg`'s fourth field, this caller included) leave a core free. The reading is
+//! (`/proc/loadavg`'s fourth field) are no more than its cores: the caller and the server
+//! working on its request may run, anything more and the cores are contended. The reading is
 //! taken at most every `REFRESH` per process and shared by every thread.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,8 @@ use std::time::{Duration, Instant};
 const REFRESH: Duration = Duration::from_millis(2);
 
 static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(u64::MAX);
-static FREE: AtomicBool = AtomicBool::new(true);
+/// The last reading: runnable tasks (0: unknown, taken as free).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 fn now_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -27,22 +29,27 @@ fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
-/// Whether a core is free for polling (true where the load cannot be read).
-pub fn core_free() -> bool {
+/// Whether a core is free for polling (true where the load cannot be read): the runnable
+/// tasks are no more than the cores plus `helpers` (threads of ours that take part in
+/// delivering the reply, such as the I/O thread for async calls).
+pub fn core_free(helpers: usize) -> bool {
     let now = now_ns();
     let last = CHECKED_AT_NS.load(Ordering::Relaxed);
-    if last != u64::MAX && now.saturating_sub(last) < REFRESH.as_nanos() as u64 {
-        return FREE.load(Ordering::Relaxed);
-    }
-    CHECKED_AT_NS.store(now, Ordering::Relaxed);
-    let free = runnable().is_none_or(|running| leaves_a_core(running, cores()));
-    FREE.store(free, Ordering::Relaxed);
-    free
+    let fresh = last != u64::MAX && now.saturating_sub(last) < REFRESH.as_nanos() as u64;
+    let running = if fresh {
+        RUNNING.load(Ordering::Relaxed)
+    } else {
+        CHECKED_AT_NS.store(now, Ordering::Relaxed);
+        let running = runnable().unwrap_or(0);
+        RUNNING.store(running, Ordering::Relaxed);
+        running
+    };
+    running == 0 || leaves_a_core(running.saturating_sub(helpers), cores())
 }
 
-/// `running` tasks (the caller among them) leave a core idle for a reply to arrive on.
+/// `running` tasks (the caller and the server answering it among them) fit the cores.
 fn leaves_a_core(running: usize, cores: usize) -> bool {
-    cores > 1 && running < cores
+    cores > 1 && running <= cores
 }
 
 /// The host's runnable tasks now, if the system says.
@@ -79,15 +86,17 @@ mod tests {
     #[test]
     fn a_core_is_free_only_when_the_runnable_tasks_leave_one() {
         assert!(leaves_a_core(1, 2));
-        assert!(!leaves_a_core(2, 2));
-        assert!(leaves_a_core(3, 4));
+        assert!(leaves_a_core(2, 2), "the caller and the server answering it");
+        assert!(!leaves_a_core(3, 2));
+        assert!(leaves_a_core(4, 4));
         assert!(!leaves_a_core(1, 1), "one core: the reply needs the caller's core");
     }
 
     #[test]
     fn the_reading_is_cached() {
-        let first = core_free();
+        let first = core_free(0);
         // Within REFRESH the same answer comes back without reading again.
-        assert_eq!(core_free(), first);
+        assert_eq!(core_free(0), first);
+        assert!(core_free(64), "helpers are not counted");
     }
 }

@@ -337,7 +337,7 @@ impl LoopQueue {
     /// How long an awaitable polls before parking; `own` is how many of the loop's commands
     /// in flight its caller sent together (see `Pending.sent_with`).
     pub fn spin_window_ns(&self, own: usize) -> u64 {
-        self.spin_window_given(own, crate::idle::core_free())
+        self.spin_window_given(own, crate::idle::core_free(1))
     }
 
     /// `spin_window_ns`, given whether the host has a core to spare.

@@ -247,8 +247,10 @@ impl Mux {
         queue: Arc<LoopQueue>,
     ) -> Result<(Arc<Conn>, bool)> {
         // A lone command (nothing else of this loop in flight) is written at once: nothing
-        // would share its write, and the loop need not come round first.
-        let defer = queue.in_flight() > 0;
+        // would share its write, and the loop need not come round first. With a core to
+        // spare, the I/O thread writes the rest in parallel with the loop; on a busy host the
+        // loop's own flush saves that thread's wake-ups and the server's reads.
+        let defer = queue.in_flight() > 0 && !crate::idle::core_free(1);
         self.submit_for(packed, replies, Done::Loop { slot, queue }, defer)
     }
 
@@ -258,7 +260,7 @@ impl Mux {
     pub fn call(&self, packed: &[u8], replies: Replies) -> Result<Reply> {
         let wait = Arc::new(ThreadWait::default());
         let (conn, _) = self.submit_for(packed, replies, Done::Thread(Arc::clone(&wait)), false)?;
-        if crate::idle::core_free() {
+        if crate::idle::core_free(1) {
             // A reply due within microseconds is read from this thread, not the I/O thread.
             let until = std::time::Instant::now() + POLL_FOR_REPLY;
             while !wait.is_done() && std::time::Instant::now() < until {
