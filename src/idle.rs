@@ -33,6 +33,9 @@ fn cores() -> usize {
 /// tasks are no more than the cores plus `helpers` (threads of ours that take part in
 /// delivering the reply, such as the I/O thread for async calls).
 pub fn core_free(helpers: usize) -> bool {
+    if never_free() {
+        return false;
+    }
     let now = now_ns();
     let last = CHECKED_AT_NS.load(Ordering::Relaxed);
     let fresh = last != u64::MAX && now.saturating_sub(last) < REFRESH.as_nanos() as u64;
@@ -45,6 +48,13 @@ pub fn core_free(helpers: usize) -> bool {
         running
     };
     running == 0 || leaves_a_core(running.saturating_sub(helpers), cores())
+}
+
+/// `REDOXIDE_POLL=never` (read once): treat the host as always busy, for operators who know it
+/// is and for tests of the busy-host behaviour.
+fn never_free() -> bool {
+    static NEVER: OnceLock<bool> = OnceLock::new();
+    *NEVER.get_or_init(|| std::env::var("REDOXIDE_POLL").is_ok_and(|v| v == "never"))
 }
 
 /// `running` tasks (the caller and the server answering it among them) fit the cores.
