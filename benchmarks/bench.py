@@ -7,7 +7,7 @@ One program, one throwaway redis-server, every target measured in the same run:
     .venv/bin/python benchmarks/bench.py --both     # idle then busy, one server (`make bench`)
     .venv/bin/python benchmarks/bench.py --quick    # a short smoke run
 
-The workload is DESIGN.md "Measuring": seven phases (get hits, get misses, set, 10-key
+The workload is the one the field publishes: seven phases (get hits, get misses, set, 10-key
 get_many, 10-key set_many, incr, delete) of 1,000 calls each, a ~150-byte pickled dict as
 the value, in three modes (sync, async serial, async with 50 in flight). Targets are
 interleaved round by round after a warm-up round, and the median of the timed runs is

@@ -1,4 +1,4 @@
-"""redoxide on a local 6-node cluster against Django's builtin backend on one node (issue 4).
+"""redoxide on a local 6-node cluster against Django's builtin backend on one node.
 
     .venv/bin/python benchmarks/cluster_bench.py [--runs N] [--ops N] [--busy]
 
@@ -12,7 +12,7 @@ median over the runs, so the ratios compare measurements taken in the same minut
   single gets: keys per second, sync and async serial (the target: >= 3x).
 - server-side connections per cluster node after the runs (CLIENT LIST, minus the observer).
 
---busy holds /dev/cpu_dma_latency at 0 (the busy-host regime; see DESIGN.md "Measuring").
+--busy holds /dev/cpu_dma_latency at 0 (the busy-host regime: these VMs halt idle CPUs, see benchmarks/README.md).
 Results go to benchmarks/results/cluster[-busy].json.
 """
 

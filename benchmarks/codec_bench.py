@@ -1,4 +1,4 @@
-"""Compressor and serializer benchmarks (issue 3), in one run against one throwaway server.
+"""Compressor and serializer benchmarks, in one run against one throwaway server.
 
     .venv/bin/python benchmarks/codec_bench.py [--quick] [--busy]
 

@@ -1,4 +1,4 @@
-"""delete_pattern over 100,000 matching keys: redoxide against django-redis (issue 5).
+"""delete_pattern over 100,000 matching keys: redoxide against django-redis.
 
     .venv/bin/python benchmarks/delete_pattern_bench.py [--rounds N] [--keys N]
 

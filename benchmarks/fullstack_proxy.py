@@ -1,6 +1,6 @@
 """A loopback TCP proxy that delays each direction: the simulated network of fullstack.py.
 
-The kernel here has no netem (DESIGN.md), so the "network" is this proxy on 127.0.0.1 in
+The kernel here has no netem, so the "network" is this proxy on 127.0.0.1 in
 front of the redis-server. Each direction of each connection has a reader thread, which
 stamps every chunk it receives with ``now + delay``, and a writer thread, which sends each
 chunk once its time has come (coalescing chunks already due into one send). Delays overlap,

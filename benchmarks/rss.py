@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/rss.py --ops 200000 # shorter
 
 RSS (from /proc/self/statm) is read after the first 10% of the calls and at the end; the
-growth between the two must stay within 10% (issue 2, "Targets"). Each block of 1,000
+growth between the two must stay within 10%. Each block of 1,000
 calls mixes sync get / set / get_many / incr / delete, serial awaits, and 50-in-flight
 gathers on one long-lived event loop; every 10% a short-lived extra event loop
 (asyncio.run) also uses the cache, so per-loop state that is never freed shows up too.

@@ -10,7 +10,7 @@ aget_or_set, a 10-key aget_many, aset, aget, adelete). Every second it samples t
 process' RSS (``/proc/<pid>/status``), the server's ``connected_clients`` (INFO, on one
 observer connection that is not counted), and the requests finished and their status codes.
 
-Targets (issue 6): server connections per worker process <= 2 throughout; RSS growth after
+Targets: server connections per worker process <= 2 throughout; RSS growth after
 the warm-up < 5%; no 5xx while Redis is healthy. The summary prints each with PASS/FAIL,
 results go to benchmarks/results/soak.json, and the exit status is 1 if a target is missed.
 """

@@ -32,7 +32,7 @@ CONNECT_TIMEOUT = 0.3
 RESPONSE_TIMEOUT = 0.3
 # Scheduling slack on a shared 2-core machine: a bound, not a performance target.
 MARGIN = 0.75
-RECOVERY_TARGET = 1.0  # issue 6: first success within 1 s of the server being back
+RECOVERY_TARGET = 1.0  # the first success within 1 s of the server being back
 
 
 def cache_on(location: str, *, fail_open: bool = False, **options: Any) -> Any:
