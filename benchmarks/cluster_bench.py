@@ -12,7 +12,8 @@ median over the runs, so the ratios compare measurements taken in the same minut
   single gets: keys per second, sync and async serial (the target: >= 3x).
 - server-side connections per cluster node after the runs (CLIENT LIST, minus the observer).
 
---busy holds /dev/cpu_dma_latency at 0 (the busy-host regime: these VMs halt idle CPUs, see benchmarks/README.md).
+--busy holds /dev/cpu_dma_latency at 0 (the busy-host regime: these VMs halt idle CPUs;
+see benchmarks/README.md).
 Results go to benchmarks/results/cluster[-busy].json.
 """
 
