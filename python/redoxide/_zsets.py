@@ -23,7 +23,7 @@ Score = float | str
 ScoreCast = Callable[[Any], Any]
 
 
-def _zadd_flags(
+def zadd_flags(
     nx: bool, xx: bool, ch: bool, incr: bool, gt: bool, lt: bool, size: int
 ) -> tuple[str, ...]:
     """ZADD's options, refusing the combinations redis-py refuses."""
@@ -144,7 +144,7 @@ class SortedSetsMixin(StructuresBase):
     ) -> int | float | None:
         """Add the members of mapping with their scores; return how many were new (with ch:
         changed), or with incr the member's new score (None if nx/xx/gt/lt refused it)."""
-        flags = _zadd_flags(nx, xx, ch, incr, gt, lt, len(mapping))
+        flags = zadd_flags(nx, xx, ch, incr, gt, lt, len(mapping))
         return self._run(self._zadd(key, mapping, flags, version), None if incr else 0)
 
     async def azadd(
@@ -160,7 +160,7 @@ class SortedSetsMixin(StructuresBase):
         version: int | None = None,
     ) -> int | float | None:
         """Add the members of mapping with their scores, like zadd, with awaits."""
-        flags = _zadd_flags(nx, xx, ch, incr, gt, lt, len(mapping))
+        flags = zadd_flags(nx, xx, ch, incr, gt, lt, len(mapping))
         return await self._arun(self._zadd(key, mapping, flags, version), None if incr else 0)
 
     def zcard(self, key: Any, version: int | None = None) -> int:

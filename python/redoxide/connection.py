@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._protocols import Arg, ClientLike
+from redoxide._zsets import zadd_flags
 
 __all__ = ["Connection", "Pipeline", "get_redis_connection"]
 
@@ -185,8 +186,11 @@ class Commands(Generic[R]):
         """ZADD members with their scores; with incr, return the new score (or None)."""
         if not mapping:
             raise ValueError("zadd needs at least one member and score")
-        flags = (("NX", nx), ("XX", xx), ("GT", gt), ("LT", lt), ("CH", ch), ("INCR", incr))
-        command: tuple[Arg, ...] = ("ZADD", name, *(word for word, on in flags if on))
+        command: tuple[Arg, ...] = (
+            "ZADD",
+            name,
+            *zadd_flags(nx, xx, ch, incr, gt, lt, len(mapping)),
+        )
         for member, score in mapping.items():
             command += (score, member)
         return self._send(command, _float_or_none if incr else _as_is)
