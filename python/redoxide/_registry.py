@@ -62,9 +62,5 @@ class Registry(Generic[V]):
                     value = self._items[key] = make()
         return value
 
-    def values(self) -> list[V]:
-        """Every value made so far."""
-        return list(self._items.values())
-
     def after_fork(self) -> None:
         self._lock = threading.Lock()
