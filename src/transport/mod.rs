@@ -71,7 +71,7 @@ impl Transport {
             ConnectionAddr::Tcp(host, port) => Target::Tcp(host.clone(), *port),
             ConnectionAddr::Unix(path) => Target::Unix(path.clone()),
             _ => {
-                return tls::TlsTransport::open(info, tls, timeouts, addr)
+                return tls::TlsTransport::open(info, tls, readonly, timeouts, addr)
                     .map(|t| Transport::Tls(Box::new(t)))
             }
         };

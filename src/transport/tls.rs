@@ -37,6 +37,8 @@ impl TlsOptions {
 pub struct TlsTransport {
     client: redis::Client,
     pub timeouts: Timeouts,
+    /// Reads from a cluster replica: every connection must say READONLY first.
+    readonly: bool,
     addr: Arc<str>,
     /// The reconnecting connection for async traffic, and the fork generation it belongs to.
     aio: Mutex<Option<(u64, ConnectionManager)>>,
@@ -53,6 +55,7 @@ impl TlsTransport {
     pub fn open(
         info: ConnectionInfo,
         tls: TlsOptions,
+        readonly: bool,
         timeouts: Timeouts,
         addr: &Arc<str>,
     ) -> Result<Self> {
@@ -91,7 +94,13 @@ impl TlsTransport {
             client = redis::Client::open(client.get_connection_info().clone().set_addr(addr))
                 .map_err(invalid)?;
         }
-        Ok(TlsTransport { client, timeouts, addr: Arc::clone(addr), aio: Mutex::new(None) })
+        Ok(TlsTransport {
+            client,
+            timeouts,
+            readonly,
+            addr: Arc::clone(addr),
+            aio: Mutex::new(None),
+        })
     }
 
     fn fail(&self, err: &RedisError) -> Error {
@@ -101,7 +110,7 @@ impl TlsTransport {
     /// A new blocking connection.
     pub fn connect(&self) -> Result<TlsLink> {
         let connect_timeout = self.timeouts.connect;
-        let conn = self.client.get_connection_with_timeout(connect_timeout).map_err(|e| {
+        let mut conn = self.client.get_connection_with_timeout(connect_timeout).map_err(|e| {
             match self.fail(&e) {
                 // Not answering the connect (or the handshake) is the server being away.
                 Error::Timeout(_) => Error::Connection(format!(
@@ -113,6 +122,9 @@ impl TlsTransport {
         })?;
         conn.set_read_timeout(Some(self.timeouts.response)).map_err(|e| self.fail(&e))?;
         conn.set_write_timeout(Some(self.timeouts.response)).map_err(|e| self.fail(&e))?;
+        if self.readonly {
+            redis::cmd("READONLY").query::<()>(&mut conn).map_err(|e| self.fail(&e))?;
+        }
         Ok(TlsLink { conn, addr: Arc::clone(&self.addr) })
     }
 
@@ -147,6 +159,10 @@ impl TlsTransport {
         let rt = runtime::get()?;
         let completion = CompletionGuard::new(slot, queue);
         let addr = Arc::clone(&self.addr);
+        // redis-rs' manager reconnects on its own, with no hook to run READONLY on the new
+        // connection, so a replica's reads carry it: one trivial extra command per request.
+        let wrapped = self.readonly.then_some(matches!(req, Request::Cmd(_)));
+        let req = if self.readonly { with_readonly(&req) } else { req };
         // A hard bound over reconnecting plus answering, in case any layer below misbehaves.
         let limit = self.timeouts.connect + self.timeouts.response + Duration::from_millis(250);
         rt.spawn(async move {
@@ -160,7 +176,9 @@ impl TlsTransport {
                 result
             };
             let outcome = match tokio::time::timeout(limit, work).await {
-                Ok(result) => result.map_err(|e| Error::from_redis(&e, &addr)),
+                Ok(result) => result
+                    .map(|reply| unwrap_readonly(reply, wrapped))
+                    .map_err(|e| Error::from_redis(&e, &addr)),
                 Err(_) => Err(Error::Timeout(format!("Redis at {addr} did not answer in time"))),
             };
             completion.finish(outcome);
@@ -180,6 +198,40 @@ impl TlsLink {
                 .map(Value::Array),
         };
         result.map_err(|e| Error::from_redis(&e, &self.addr))
+    }
+}
+
+/// The request as a pipeline led by READONLY; see `drop_leading` for the reply.
+fn with_readonly(req: &Request) -> Request {
+    let mut pipe = redis::pipe();
+    pipe.add_command(redis::cmd("READONLY"));
+    match req {
+        Request::Cmd(cmd) => {
+            pipe.add_command(cmd.clone());
+        }
+        Request::Pipe(inner) => {
+            for cmd in inner.cmd_iter() {
+                pipe.add_command(cmd.clone());
+            }
+        }
+    }
+    Request::Pipe(pipe)
+}
+
+/// The replies of a `with_readonly` request as the original request would have had them:
+/// `single` (a plain command) is its own reply, a pipeline a list; None = not wrapped.
+fn unwrap_readonly(reply: Reply, single: Option<bool>) -> Reply {
+    let Some(single) = single else { return reply };
+    match reply {
+        Value::Array(mut items) if !items.is_empty() => {
+            items.remove(0);
+            if single {
+                items.pop().unwrap_or(Value::Nil)
+            } else {
+                Value::Array(items)
+            }
+        }
+        other => other,
     }
 }
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import shutil
 import subprocess
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -354,6 +355,41 @@ def test_cluster_over_tls(certs: Certs) -> None:
         )
         with pytest.raises(CacheError):
             unverified.get("k1")
+
+        # Replicas answer reads only on connections that said READONLY (else MOVED). Wait
+        # until every shard's replica is known and has the data, then read through them.
+        deadline = time.monotonic() + 20
+        while not all(len(shard) > 3 for shard in cache.client.execute("CLUSTER", "SLOTS")):
+            assert time.monotonic() < deadline, "the replicas never joined"
+            time.sleep(0.05)
+        replicas = [node for node in cluster.live_nodes() if cluster.role(node) == "slave"]
+        while sum(int(node.cli("dbsize")) for node in replicas) < 20:
+            assert time.monotonic() < deadline, "the replicas never caught up"
+            time.sleep(0.05)
+
+        def replica_gets() -> int:
+            stats = [node.info("commandstats").get("cmdstat_get", "calls=0") for node in replicas]
+            return sum(int(stat.split(",")[0].split("=")[1]) for stat in stats)
+
+        from_replicas = build_cache(
+            [f"rediss://127.0.0.1:{cluster.tls_ports[0]}"],
+            {
+                "OPTIONS": {
+                    "CLUSTER": True,
+                    "READ_FROM_REPLICAS": True,
+                    "SSL_CA_CERTS": str(certs.ca),
+                }
+            },
+        )
+        from_replicas.get("k0")  # learns the slot table (through a seed)
+        before = replica_gets()
+        assert [from_replicas.get(f"k{i}") for i in range(5)] == [0, 2, 2, 3, 4]
+
+        async def reads() -> list[Any]:
+            return [await from_replicas.aget(f"k{i}") for i in range(5)]
+
+        assert asyncio.run(reads()) == [0, 2, 2, 3, 4]
+        assert replica_gets() - before == 10
 
     finally:
         cluster.stop()
