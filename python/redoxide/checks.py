@@ -174,34 +174,36 @@ def _databases(config: Config) -> set[tuple[Any, ...]]:
         return {
             ("sentinel", config.service_name, host, port, db) for host, port in config.sentinels
         }
-    places = set()
-    for url in config.servers:
-        place = _place(url, config.db)
-        if place is not None:
-            places.add(("cluster", *place[:2]) if config.topology == "cluster" else place)
+    places = {_place(url, config.db) for url in config.servers}
+    if config.topology == "cluster":  # one database; any seed names the same cluster
+        return {("cluster", *place[:2]) for place in places}
     return places
 
 
-def _place(url: str, db: int | None) -> tuple[Any, ...] | None:
+def _place(url: str, db: int | None) -> tuple[Any, ...]:
+    """(host, port, db) of a server URL, or ("unix", path, db); `db` from OPTIONS wins."""
     parts = urlsplit(url)
+    if db is None:
+        db = query_db(url)
     if parts.scheme.endswith("unix"):
-        return ("unix", parts.path, db if db is not None else query_db(url) or 0)
+        return ("unix", parts.path, db or 0)
     if db is None:
         path = parts.path.strip("/")
-        db = query_db(url) if query_db(url) is not None else int(path) if path.isdigit() else 0
+        db = int(path) if path.isdigit() else 0
     return ((parts.hostname or "").lower(), parts.port or 6379, db)
 
 
 def _other_databases(entry: Any) -> set[tuple[Any, ...]]:
     """Where another (non-redoxide) Redis cache's keys live, if its LOCATION says."""
-    options = entry.get("OPTIONS") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        return set()
+    options = entry.get("OPTIONS")
     db = options.get("DB", options.get("db")) if isinstance(options, dict) else None
     try:
         urls = parse_location(entry.get("LOCATION", ""))
-        places = {_place(url, db if isinstance(db, int) else None) for url in urls}
-    except (ImproperlyConfigured, ValueError, AttributeError):
+        return {_place(url, db if isinstance(db, int) else None) for url in urls}
+    except (ImproperlyConfigured, ValueError):
         return set()
-    return {place for place in places if place is not None}
 
 
 def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
