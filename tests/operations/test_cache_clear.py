@@ -10,7 +10,8 @@ import pytest
 from django.core.cache import caches
 from support.backend import is_redoxide
 from support.operations import run
-from support.servers import Cluster, free_port
+from support.secrecy import SECRET
+from support.servers import Cluster, RedisServer, free_port
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's app")
 
@@ -103,3 +104,13 @@ def test_clear_with_the_server_down_fails_even_with_fail_open(project: Use) -> N
         outcome = run("cache_clear", *args)
         assert outcome.code == 1, args
         assert outcome.out == "" and "ConnectionInterrupted" in outcome.err
+
+
+def test_a_refused_flush_names_the_server_without_its_password(
+    project: Use, auth_server: RedisServer
+) -> None:
+    project({"default": {"BACKEND": "redoxide.RedisCache", "LOCATION": auth_server.url}})
+    outcome = run("cache_clear")
+    assert outcome.code == 2
+    assert f"127.0.0.1:{auth_server.port}" in outcome.err
+    assert SECRET not in outcome.err and "***" in outcome.err

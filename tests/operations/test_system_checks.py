@@ -280,3 +280,9 @@ def test_sentinels_that_do_not_answer_are_each_reported(project: Use) -> None:
     assert outcome.code == 1
     assert outcome.err.count("(redoxide.E010) CACHES['default']: sentinel") == 2
     assert "(redoxide.E011) CACHES['default']: no sentinel named the primary" in outcome.err
+
+
+def test_the_app_registers_its_tags(project: Use) -> None:
+    project({})
+    tags = run("check", list_tags=True).out.split()
+    assert "redoxide" in tags and "redoxide_connectivity" in tags
