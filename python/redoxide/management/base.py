@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from redoxide.checks import backend_class, configuration_errors, redoxide_caches
@@ -24,7 +25,16 @@ from redoxide.exceptions import CacheError
 from redoxide.options import Config, _names, parse_config
 from redoxide.topology.survey import describe
 
-__all__ = ["EXIT_FAILED", "EXIT_REFUSED", "CacheCommand", "Target", "render", "resolve"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_REFUSED",
+    "CacheCommand",
+    "Target",
+    "redoxide_aliases",
+    "refuse",
+    "render",
+    "resolve",
+]
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
@@ -136,6 +146,8 @@ class CacheCommand(BaseCommand):
         self.as_json = bool(options.get("as_json"))
         try:
             self.run(**options)
+        except ImproperlyConfigured as exc:  # redoxide's ConfigurationError is a CacheError too
+            raise refuse(str(exc)) from exc
         except CacheError as exc:
             raise CommandError(describe(exc), returncode=EXIT_FAILED) from exc
 

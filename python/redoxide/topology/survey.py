@@ -197,7 +197,9 @@ def probe(node: Node, *, info: bool = True) -> Probe:
         return Probe(node, True, rtt_ms)
     try:
         server = parse_info(node.client.execute(("INFO", "server")))
-        role = "sentinel" if server.get("redis_mode") == "sentinel" else None
+        # Valkey names the field server_mode; Redis, redis_mode.
+        mode = server.get("server_mode", server.get("redis_mode"))
+        role = "sentinel" if mode == "sentinel" else None
         if role is None:
             role = parse_info(node.client.execute(("INFO", "replication"))).get("role")
     except CacheError:  # e.g. an ACL user without INFO: the node answered all the same
