@@ -124,7 +124,7 @@ def _sentinel(config: Config, router: SentinelRouter, found: Survey) -> None:
 def _cluster(config: Config, router: ClusterRouter, found: Survey) -> None:
     try:
         router.slots.table_now()
-        reply = _first_answer(router.slots.primaries, ("CLUSTER", "NODES"))
+        asked, reply = _first_answer(router.slots.primaries, ("CLUSTER", "NODES"))
     except CacheError as exc:
         found.problems.append(str(exc))
         for url in config.servers:
@@ -141,18 +141,18 @@ def _cluster(config: Config, router: ClusterRouter, found: Survey) -> None:
             continue
         host, port = address
         if not host:  # a node that does not know its own address: the one asked
-            host = router.slots.primaries[0].address.rpartition(":")[0].strip("[]")
+            host = asked.address.rpartition(":")[0].strip("[]")
         replica = "master" not in fields[2].split(",")
         client = node_client(config, host, port, readonly=replica)
         found.nodes.append(_node("replica" if replica else "primary", client))
 
 
-def _first_answer(nodes: list[Any], command: tuple[str, ...]) -> Any:
-    """The reply of the first node that answers."""
+def _first_answer(nodes: list[Any], command: tuple[str, ...]) -> tuple[Any, Any]:
+    """The first node that answers, and its reply."""
     failure: CacheError | None = None
     for node in nodes:
         try:
-            return node.execute(command)
+            return node, node.execute(command)
         except CacheError as exc:
             failure = exc
     raise failure or CacheError("no node to ask")
