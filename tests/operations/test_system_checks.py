@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
-from redoxide.checks import check_configuration, check_deployment
+from redoxide.checks import check_configuration, check_deployment, connectivity_asked
 from support.backend import build_cache, is_redoxide
 from support.operations import run
 from support.servers import Cluster, RedisServer, SentinelSet, free_port
@@ -286,3 +287,11 @@ def test_the_app_registers_its_tags(project: Use) -> None:
     project({})
     tags = run("check", list_tags=True).out.split()
     assert "redoxide" in tags and "redoxide_connectivity" in tags
+
+
+def test_programs_ask_for_the_connectivity_check_with_a_context_manager(project: Use) -> None:
+    project({"default": redoxide(dead_url(), SOCKET_CONNECT_TIMEOUT=0.2)})
+    assert run_checks(tags=["redoxide_connectivity"]) == []
+    with connectivity_asked():
+        assert ids(run_checks(tags=["redoxide_connectivity"])) == ["redoxide.E010"]
+    assert run_checks(tags=["redoxide_connectivity"]) == []
