@@ -71,3 +71,12 @@ class StatsCache(RedisCache):
 
     def stats(self) -> dict[str, Any]:
         return {"calls": {"get": 3, "set": 1}, "nodes": [{"address": "n1", "errors": 0}]}
+
+
+class NoStatsCache(RedisCache):
+    """A redoxide cache without stats(), whether or not the real backend has one."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "stats":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
