@@ -23,6 +23,7 @@ next call.
     slots.py      a cluster's slot map and targets
     parts.py      calls cut into single-slot parts
     cluster.py    ClusterRouter (CLUSTER: True)
+    survey.py     every node of a topology, each asked directly (checks, commands)
 """
 
 from __future__ import annotations

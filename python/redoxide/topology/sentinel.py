@@ -49,6 +49,11 @@ class SentinelPrimary(Router):
         self._flight = Flight()
 
     @property
+    def sentinels(self) -> list[Any]:
+        """The sentinels' clients, the one that answered last first."""
+        return list(self._sentinels)
+
+    @property
     def settled(self) -> bool:
         """The primary is known and nothing has cast doubt on it since."""
         return self.node is not None and not self.suspect

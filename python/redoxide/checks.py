@@ -1,0 +1,298 @@
+"""Django system checks of the redoxide caches in CACHES (registered by redoxide.apps when
+"redoxide" is in INSTALLED_APPS).
+
+- ``manage.py check`` (tags ``redoxide``, ``caches``): every redoxide cache's LOCATION and
+  OPTIONS, judged by the parser construction uses, so a check reports exactly what
+  building the cache would refuse (E001-E004).
+- ``manage.py check --deploy``: settings that are risky in production (W001-W005).
+- ``manage.py check --tag redoxide_connectivity``: every node of every redoxide cache answers
+  PING within the cache's timeouts (E010, E011). Like Django's database checks, which need
+  ``--database``, it never runs unless asked: not before runserver or migrate, nor in a plain
+  ``check``. redoxide's ``check`` command (Django's, extended) tells it when the tag is asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.apps import AppConfig
+from django.core.checks import CheckMessage, Error, Warning
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from redoxide._location import parse_location, query_db
+from redoxide.cache import RedisCache
+from redoxide.options import Config, _names, parse_config
+from redoxide.serializers import PickleSerializer
+
+__all__ = [
+    "CONNECTIVITY",
+    "TAG",
+    "backend_class",
+    "check_configuration",
+    "check_connectivity",
+    "check_deployment",
+    "configuration_errors",
+    "connectivity_asked",
+    "redoxide_caches",
+    "valid_configs",
+]
+
+#: The tag of every redoxide check but the connectivity one.
+TAG = "redoxide"
+#: The tag that asks for the connectivity check.
+CONNECTIVITY = "redoxide_connectivity"
+
+_HINTS = {
+    "E001": "LOCATION is a redis://, rediss://, valkey:// or unix:// URL, or a list of them "
+    "(the first is the primary).",
+    "E002": "See the Options table of redoxide's README for the accepted names.",
+    "E003": "Fix the value the message names.",
+    "E004": "Django could not build this cache from its settings.",
+    "E010": "Check that the server runs and that this host may reach it; SOCKET_TIMEOUT and "
+    "SOCKET_CONNECT_TIMEOUT bound each attempt.",
+    "E011": "Check the SENTINELS addresses or the cluster's seed LOCATION.",
+    "W001": "Anyone who can write to the server can make every worker run code. Require a "
+    "password (requirepass or an ACL user), use rediss://, or set SIGN_VALUES or a JSON "
+    "SERIALIZER.",
+    "W002": 'Remove SSL_CERT_REQS "none" and trust the server\'s CA with SSL_CA_CERTS.',
+    "W003": "Remove SSL_CHECK_HOSTNAME False, or give the server a certificate for its name.",
+    "W004": "Set LOG_IGNORED_EXCEPTIONS True so that an outage leaves a trace in the logs.",
+    "W005": "Set CLEAR_PREFIX_ONLY True (clear() then deletes only this cache's keys), or "
+    "give each cache a database of its own.",
+}
+
+
+def _error(code: str, alias: str, message: str) -> Error:
+    return Error(f"CACHES[{alias!r}]: {message}", hint=_HINTS[code], id=f"{TAG}.{code}")
+
+
+def _warning(code: str, alias: str, message: str) -> Warning:
+    return Warning(f"CACHES[{alias!r}]: {message}", hint=_HINTS[code], id=f"{TAG}.{code}")
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).removeprefix("redoxide: ")
+
+
+def _caches() -> dict[str, Any]:
+    from django.conf import settings
+
+    caches = getattr(settings, "CACHES", {})
+    return caches if isinstance(caches, dict) else {}
+
+
+def backend_class(path: Any) -> type[RedisCache] | None:
+    """The class of a redoxide BACKEND; None for any other backend. A path in the redoxide
+    package that does not import raises ImportError."""
+    if not isinstance(path, str):
+        return None
+    try:
+        cls = import_string(path)
+    except ImportError:
+        if path.startswith("redoxide."):
+            raise
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, RedisCache) else None
+
+
+def redoxide_caches() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (alias, settings) of each cache in CACHES whose BACKEND is redoxide's (or a
+    subclass), including those whose BACKEND path is redoxide's but does not import."""
+    for alias, entry in _caches().items():
+        if not isinstance(entry, dict):
+            continue
+        try:
+            if backend_class(entry.get("BACKEND")) is None:
+                continue
+        except ImportError:
+            pass
+        yield alias, entry
+
+
+def configuration_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage]:
+    """What building this cache would refuse, as check messages (empty: it builds)."""
+    try:
+        cls = backend_class(entry.get("BACKEND"))
+    except ImportError as exc:
+        return [
+            _error("E004", alias, f"BACKEND {entry.get('BACKEND')!r} cannot be imported: {exc}")
+        ]
+    location, options = entry.get("LOCATION", ""), entry.get("OPTIONS")
+    stages = (
+        ("E001", lambda: [query_db(url) for url in parse_location(location)]),
+        ("E002", lambda: _names(options)),
+        ("E003", lambda: parse_config(location, options)),
+        ("E004", lambda: _build(cls, entry)),
+    )
+    for code, stage in stages:
+        try:
+            stage()
+        except (ImproperlyConfigured, ImportError, TypeError, ValueError) as exc:
+            return [_error(code, alias, _reason(exc))]
+    return []
+
+
+def _build(cls: Any, entry: dict[str, Any]) -> Any:
+    """Build the cache as Django's cache handler does (no connection is made)."""
+    params = {k: v for k, v in entry.items() if k not in ("BACKEND", "LOCATION")}
+    return cls(entry.get("LOCATION", ""), params)
+
+
+def valid_configs() -> Iterator[tuple[str, Config]]:
+    """Yield (alias, configuration) of each redoxide cache that builds."""
+    for alias, entry in redoxide_caches():
+        if not configuration_errors(alias, entry):
+            yield alias, parse_config(entry.get("LOCATION", ""), entry.get("OPTIONS"))
+
+
+def check_configuration(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Check every redoxide cache's LOCATION and OPTIONS."""
+    messages: list[CheckMessage] = []
+    for alias, entry in redoxide_caches():
+        messages.extend(configuration_errors(alias, entry))
+    return messages
+
+
+# -- deployment ------------------------------------------------------------------------------
+
+
+def _tls(config: Config) -> bool:
+    return all(urlsplit(url).scheme in ("rediss", "valkeys") for url in config.servers)
+
+
+def _databases(config: Config) -> set[tuple[Any, ...]]:
+    """Where a configuration's keys live: (kind, address..., db) of each server it names."""
+    if config.topology == "sentinel":
+        db = config.db or 0
+        return {
+            ("sentinel", config.service_name, host, port, db) for host, port in config.sentinels
+        }
+    places = {_place(url, config.db) for url in config.servers}
+    if config.topology == "cluster":  # one database; any seed names the same cluster
+        return {("cluster", *place[:2]) for place in places}
+    return places
+
+
+def _place(url: str, db: int | None) -> tuple[Any, ...]:
+    """(host, port, db) of a server URL, or ("unix", path, db); `db` from OPTIONS wins."""
+    parts = urlsplit(url)
+    if db is None:
+        db = query_db(url)
+    if parts.scheme.endswith("unix"):
+        return ("unix", parts.path, db or 0)
+    if db is None:
+        path = parts.path.strip("/")
+        db = int(path) if path.isdigit() else 0
+    return ((parts.hostname or "").lower(), parts.port or 6379, db)
+
+
+def _other_databases(entry: Any) -> set[tuple[Any, ...]]:
+    """Where another (non-redoxide) Redis cache's keys live, if its LOCATION says."""
+    if not isinstance(entry, dict):
+        return set()
+    options = entry.get("OPTIONS")
+    db = options.get("DB", options.get("db")) if isinstance(options, dict) else None
+    try:
+        urls = parse_location(entry.get("LOCATION", ""))
+        return {_place(url, db if isinstance(db, int) else None) for url in urls}
+    except (ImproperlyConfigured, ValueError):
+        return set()
+
+
+def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
+    tls = dict(config.tls)
+    pickled = isinstance(config.serializer, PickleSerializer)
+    if pickled and config.password is None and not _tls(config):
+        yield _warning(
+            "W001",
+            alias,
+            "values are pickled, and the server needs neither a password nor TLS.",
+        )
+    if tls.get("tls_verify") is False:
+        yield _warning("W002", alias, "the server's TLS certificate is not verified.")
+    elif tls.get("tls_check_hostname") is False:
+        yield _warning("W003", alias, "the server's TLS certificate need not name its host.")
+    if config.ignore_exceptions and not config.log_ignored_exceptions:
+        yield _warning(
+            "W004", alias, "IGNORE_EXCEPTIONS turns errors into misses, and none is logged."
+        )
+
+
+def _shared_database_warnings(configs: list[tuple[str, Config]]) -> Iterator[Warning]:
+    places = {alias: _databases(config) for alias, config in configs}
+    ours = set(places)
+    for alias, entry in _caches().items():
+        if alias not in ours:
+            places[alias] = _other_databases(entry)
+    for alias, config in configs:
+        if config.clear_prefix_only:
+            continue
+        sharing = sorted(
+            other for other in places if other != alias and places[other] & places[alias]
+        )
+        if sharing:
+            names = ", ".join(f"CACHES[{other!r}]" for other in sharing)
+            yield _warning(
+                "W005",
+                alias,
+                f"shares its database with {names}, and its clear() runs FLUSHDB, "
+                "which deletes their keys too.",
+            )
+
+
+def check_deployment(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn about redoxide settings that are risky in production."""
+    configs = list(valid_configs())
+    messages: list[CheckMessage] = []
+    for alias, config in configs:
+        messages.extend(_deployment_warnings(alias, config))
+    messages.extend(_shared_database_warnings(configs))
+    return messages
+
+
+# -- connectivity ------------------------------------------------------------------------------
+
+_asked: ContextVar[bool] = ContextVar("redoxide_connectivity_asked", default=False)
+
+
+@contextlib.contextmanager
+def connectivity_asked(asked: bool = True) -> Iterator[None]:
+    """Let the connectivity check run (it returns nothing otherwise) inside the block."""
+    token = _asked.set(asked)
+    try:
+        yield
+    finally:
+        _asked.reset(token)
+
+
+def check_connectivity(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """PING every node of every redoxide cache, when asked (see connectivity_asked)."""
+    if not _asked.get():
+        return []
+    from redoxide.topology.survey import probe, survey
+
+    messages: list[CheckMessage] = []
+    for alias, entry in redoxide_caches():
+        errors = configuration_errors(alias, entry)
+        if errors:
+            messages.extend(errors)
+            continue
+        found = survey(parse_config(entry.get("LOCATION", ""), entry.get("OPTIONS")))
+        messages.extend(_error("E011", alias, problem) for problem in found.problems)
+        for node in found.nodes:
+            answer = probe(node, info=False)
+            if not answer.ok:
+                where = f"{node.kind} {node.address}"
+                messages.append(_error("E010", alias, f"{where} did not answer: {answer.error}"))
+    return messages

@@ -1,0 +1,95 @@
+"""``manage.py cache_clear [alias] [--prefix-only] [--version N] [--pattern GLOB] [--yes]``:
+delete a cache's keys. Without a filter it runs the cache's clear(), which is FLUSHDB (unless
+CLEAR_PREFIX_ONLY): that deletes every key in the database, other users' too, so it is refused
+without --yes."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.management.base import CommandParser
+
+from redoxide.management.base import CacheCommand, Target, refuse, resolve
+
+Report = dict[str, Any]
+
+
+def flushed(target: Target) -> str:
+    """What FLUSHDB on the cache empties, in words."""
+    config = target.config
+    if config.topology == "cluster":
+        return "every primary of the cluster"
+    db = config.db
+    if db is None:
+        path = urlsplit(config.servers[0]).path.strip("/")
+        db = int(path) if path.isdigit() else 0
+    if config.topology == "sentinel":
+        return f"database {db} of the primary of {config.service_name!r}"
+    return f"database {db} of {config.display_servers[0]}"
+
+
+class Command(CacheCommand):
+    help = (
+        "Delete a redoxide cache's keys: those matching --pattern, of --version, or under its "
+        "KEY_PREFIX (--prefix-only); with no filter, clear() (FLUSHDB unless CLEAR_PREFIX_ONLY, "
+        "which needs --yes)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("alias", nargs="?", default="default", help="Default: default.")
+        parser.add_argument(
+            "--prefix-only",
+            action="store_true",
+            help="Delete only keys under the cache's KEY_PREFIX (every version).",
+        )
+        parser.add_argument(
+            "--version", type=int, dest="key_version", help="Delete only keys of this version."
+        )
+        parser.add_argument("--pattern", help="Delete only keys matching this glob pattern.")
+        parser.add_argument(
+            "--yes", action="store_true", help="Really run FLUSHDB when no filter is given."
+        )
+        super().add_arguments(parser)
+
+    def run(self, **options: Any) -> None:
+        alias, pattern, version = options["alias"], options["pattern"], options["key_version"]
+        if pattern is not None or version is not None:
+            report, text = self._matching(resolve(alias), pattern or "*", version)
+        elif options["prefix_only"]:
+            report, text = self._prefix(resolve(alias, clear_prefix_only=True))
+        else:
+            target = resolve(alias)
+            if target.config.clear_prefix_only:  # clear() deletes only the cache's keys
+                report, text = self._prefix(target)
+            else:
+                report, text = self._flush(target, options["yes"])
+        self.emit(report, [text])
+
+    @staticmethod
+    def _matching(target: Target, pattern: str, version: int | None) -> tuple[Report, str]:
+        cache = target.cache
+        deleted = cache.delete_pattern(pattern, version=version)
+        used = cache.version if version is None else version
+        report: Report = {"alias": target.alias, "action": "pattern", "pattern": pattern}
+        report.update(version=used, deleted=deleted)
+        return report, f"Deleted {deleted} key(s) matching {pattern!r}, version {used}."
+
+    @staticmethod
+    def _prefix(target: Target) -> tuple[Report, str]:
+        target.cache.clear()
+        prefix = target.cache.key_prefix
+        report = {"alias": target.alias, "action": "prefix", "key_prefix": prefix}
+        return report, f"Deleted every key under KEY_PREFIX {prefix!r} (every version)."
+
+    @staticmethod
+    def _flush(target: Target, yes: bool) -> tuple[Report, str]:
+        where = flushed(target)
+        if not yes:
+            raise refuse(
+                f"Clearing {target.alias!r} runs FLUSHDB on {where}: every key there goes, not "
+                "only this cache's. Pass --yes to do it, or --prefix-only to delete only this "
+                "cache's keys."
+            )
+        target.cache.clear()
+        return {"alias": target.alias, "action": "flushdb", "flushed": where}, f"Flushed {where}."

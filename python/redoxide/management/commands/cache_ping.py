@@ -1,0 +1,62 @@
+"""``manage.py cache_ping [alias]``: PING every node of a redoxide cache (of every one without
+an alias), with the round trip, the server's version and its role."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from redoxide.management.base import EXIT_FAILED, CacheCommand, redoxide_aliases, resolve
+from redoxide.topology.survey import Probe, probe, survey
+
+
+def _line(answer: Probe) -> str:
+    node = answer.node
+    if not answer.ok:
+        return f"  {node.kind:<8} {node.address:<22} DOWN  {answer.error}"
+    rtt = f"{answer.rtt_ms:.3f} ms" if answer.rtt_ms is not None else "-"
+    version, role = answer.version or "-", answer.role or "-"
+    return f"  {node.kind:<8} {node.address:<22} {rtt:>10}  {version}  {role}"
+
+
+class Command(CacheCommand):
+    help = (
+        "PING every node of a redoxide cache (every redoxide cache without an alias): round "
+        "trip, server version and role. Exits 1 if any node does not answer."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("alias", nargs="?", help="A cache alias (default: every one).")
+        super().add_arguments(parser)
+
+    def run(self, **options: Any) -> None:
+        aliases = [options["alias"]] if options.get("alias") else redoxide_aliases()
+        report: dict[str, Any] = {}
+        lines: list[str] = []
+        failed = 0
+        for alias in aliases:
+            target = resolve(alias)
+            found = survey(target.config)
+            answers = [probe(node) for node in found.nodes]
+            failed += len(found.problems) + sum(not answer.ok for answer in answers)
+            report[alias] = {
+                "topology": found.topology,
+                "nodes": [answer.as_dict() for answer in answers],
+                "problems": found.problems,
+            }
+            lines.extend(self._text(alias, found.topology, answers, found.problems))
+        self.emit(report, lines)
+        if failed:
+            raise CommandError(f"{failed} node(s) or lookups failed.", returncode=EXIT_FAILED)
+
+    @staticmethod
+    def _text(
+        alias: str, topology: str, answers: list[Probe], problems: list[str]
+    ) -> Iterator[str]:
+        yield f"{alias} ({topology})"
+        for answer in answers:
+            yield _line(answer)
+        for problem in problems:
+            yield f"  problem: {problem}"

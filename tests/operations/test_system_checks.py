@@ -1,0 +1,297 @@
+"""System checks (the app "redoxide" installed): every redoxide cache's settings judged as
+construction judges them, with stable ids; the deployment warnings of ``check --deploy``; the
+connectivity check, which runs only when its tag is asked, against servers up and down."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+from redoxide.checks import check_configuration, check_deployment, connectivity_asked
+from support.backend import build_cache, is_redoxide
+from support.operations import run
+from support.servers import Cluster, RedisServer, SentinelSet, free_port
+from support.topology import commandstat
+
+pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's app")
+
+Use = Callable[..., None]
+
+
+def redoxide(location: Any, **options: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"BACKEND": "redoxide.RedisCache", "LOCATION": location}
+    if options:
+        entry["OPTIONS"] = options
+    return entry
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return sorted(message.id for message in messages)
+
+
+def dead_url() -> str:
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+# (LOCATION, OPTIONS, the id, a word the message must hold)
+BAD = [
+    ("127.0.0.1:6379", None, "redoxide.E001", "host:port:db"),
+    ("http://127.0.0.1:6379/0", None, "redoxide.E001", "schemes"),
+    ("redis://127.0.0.1:6379/0?timeout=3", None, "redoxide.E001", "timeout"),
+    ("redis://127.0.0.1:6379/0", {"SOKET_TIMEOUT": 1}, "redoxide.E002", "SOKET_TIMEOUT"),
+    ("redis://127.0.0.1:6379/0", "not a dict", "redoxide.E002", "OPTIONS must be a dict"),
+    (
+        "redis://127.0.0.1:6379/0",
+        {"SOCKET_TIMEOUT": 1, "socket_timeout": 2},
+        "redoxide.E002",
+        "both",
+    ),
+    ("redis://127.0.0.1:6379/0", {"SOCKET_TIMEOUT": "x"}, "redoxide.E003", "SOCKET_TIMEOUT"),
+    ("redis://127.0.0.1:6379/0", {"CLUSTER": True, "DB": 2}, "redoxide.E003", "CLUSTER"),
+    ("redis://127.0.0.1:6379/0", {"SSL_CERT_REQS": "none"}, "redoxide.E003", "rediss://"),
+    ("redis://127.0.0.1:6379/0", {"COMPRESSOR": "no.such.Thing"}, "redoxide.E003", "COMPRESSOR"),
+]
+
+
+@pytest.mark.parametrize(("location", "options", "code", "word"), BAD)
+def test_a_check_reports_what_construction_refuses_with_a_stable_id(
+    project: Use, location: str, options: Any, code: str, word: str
+) -> None:
+    entry: dict[str, Any] = {"BACKEND": "redoxide.RedisCache", "LOCATION": location}
+    if options is not None:
+        entry["OPTIONS"] = options
+    project({"bad": entry})
+    with pytest.raises(ImproperlyConfigured) as refused:
+        build_cache(location, {"OPTIONS": options} if options is not None else {})
+    [message] = check_configuration()
+    assert message.id == code
+    assert word in message.msg
+    # The same words as the exception, with the alias in front.
+    assert message.msg == f"CACHES['bad']: {str(refused.value).removeprefix('redoxide: ')}"
+
+
+def test_check_command_exits_non_zero_naming_each_bad_cache(project: Use) -> None:
+    project(
+        {
+            "one": redoxide("redis://127.0.0.1:6379/0", SOCKET_TIMEOUT=-1),
+            "two": redoxide("redis://127.0.0.1:6379/0", NOPE=1),
+            "fine": redoxide("redis://127.0.0.1:6379/1"),
+        }
+    )
+    outcome = run("check", tags=["redoxide"])
+    assert outcome.code == 1
+    assert "(redoxide.E003) CACHES['one']" in outcome.err
+    assert "(redoxide.E002) CACHES['two']" in outcome.err
+    assert "'fine'" not in outcome.err
+
+
+def test_a_key_function_or_backend_that_does_not_import_is_e004(project: Use) -> None:
+    project(
+        {
+            "keyfunc": {**redoxide("redis://127.0.0.1:6379/0"), "KEY_FUNCTION": "no.such.func"},
+            "backend": {"BACKEND": "redoxide.NoSuchCache", "LOCATION": "redis://127.0.0.1/0"},
+        }
+    )
+    messages = check_configuration()
+    assert ids(messages) == ["redoxide.E004", "redoxide.E004"]
+    assert {m.msg.split(":")[0] for m in messages} == {"CACHES['keyfunc']", "CACHES['backend']"}
+
+
+def test_valid_caches_and_other_backends_pass(project: Use) -> None:
+    project(
+        {
+            "default": redoxide("redis://127.0.0.1:6379/0", SOCKET_TIMEOUT=0.5),
+            "valkey": {"BACKEND": "redoxide.ValkeyCache", "LOCATION": "valkey://127.0.0.1/1"},
+            # Not ours: options redoxide would refuse are not its business.
+            "other": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379/2",
+                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+            },
+        }
+    )
+    assert check_configuration() == []
+    outcome = run("check", tags=["redoxide"])
+    assert outcome.code == 0
+    assert "no issues" in outcome.out
+
+
+def test_importing_the_package_and_the_app_reads_no_settings() -> None:
+    # Without DJANGO_SETTINGS_MODULE, touching settings raises ImproperlyConfigured.
+    code = (
+        "import redoxide, redoxide.apps, redoxide.checks, redoxide.management.base\n"
+        "import redoxide.management.commands.cache_clear\n"
+        "from django.conf import settings\n"
+        "assert not settings.configured\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# -- deployment --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ({}, True),
+        ({"PASSWORD": "s3cret"}, False),
+        ({"SERIALIZER": "redoxide.serializers.JSONSerializer"}, False),
+        ({"SIGN_VALUES": True}, False),
+    ],
+)
+def test_deploy_warns_about_pickle_on_a_server_without_password_or_tls(
+    project: Use, options: dict[str, Any], warned: bool
+) -> None:
+    project({"default": redoxide("redis://127.0.0.1:6379/0", **options)})
+    assert ("redoxide.W001" in ids(check_deployment())) is warned
+
+
+def test_deploy_does_not_warn_about_pickle_over_tls(project: Use) -> None:
+    project({"default": redoxide("rediss://cache.example.com:6380/0")})
+    assert ids(check_deployment()) == []
+
+
+def test_deploy_warns_when_tls_certificates_or_host_names_are_not_checked(project: Use) -> None:
+    project(
+        {
+            "default": redoxide("rediss://:pw@cache.example.com/0", SSL_CERT_REQS="none"),
+            "names": redoxide("rediss://:pw@cache.example.com/1", SSL_CHECK_HOSTNAME=False),
+        }
+    )
+    messages = check_deployment()
+    assert ids(messages) == ["redoxide.W002", "redoxide.W003"]
+    assert "CACHES['default']" in next(m.msg for m in messages if m.id == "redoxide.W002")
+
+
+def test_deploy_warns_about_fail_open_without_logging(project: Use) -> None:
+    url = "redis://:pw@127.0.0.1:6379/0"
+    project({"default": redoxide(url, IGNORE_EXCEPTIONS=True)})
+    assert ids(check_deployment()) == ["redoxide.W004"]
+    project({"default": redoxide(url, IGNORE_EXCEPTIONS=True, LOG_IGNORED_EXCEPTIONS=True)})
+    assert ids(check_deployment()) == []
+
+
+def test_deploy_warns_when_clear_would_flush_a_database_other_caches_use(project: Use) -> None:
+    project(
+        {
+            "default": redoxide("redis://:pw@127.0.0.1:6379/0"),
+            "sessions": redoxide("redis://:pw@127.0.0.1:6379?db=0", CLEAR_PREFIX_ONLY=True),
+            "legacy": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379/0",
+            },
+            "elsewhere": redoxide("redis://:pw@127.0.0.1:6379/1"),
+        }
+    )
+    [warning] = check_deployment()
+    assert warning.id == "redoxide.W005"
+    # Only the cache whose clear() flushes is warned about; it names who else is there.
+    assert warning.msg.startswith("CACHES['default']: shares its database with")
+    assert "CACHES['legacy']" in warning.msg and "CACHES['sessions']" in warning.msg
+    assert "elsewhere" not in warning.msg
+
+
+def test_deployment_warnings_need_deploy(project: Use) -> None:
+    project({"default": redoxide("redis://127.0.0.1:6379/0", IGNORE_EXCEPTIONS=True)})
+    assert run("check", tags=["redoxide"]).err == ""
+    outcome = run("check", "--deploy", tags=["redoxide"], fail_level="WARNING")
+    assert outcome.code == 1
+    assert "redoxide.W001" in outcome.err and "redoxide.W004" in outcome.err
+
+
+# -- connectivity ------------------------------------------------------------------------------
+
+
+def test_connectivity_is_checked_only_when_its_tag_is_asked(project: Use) -> None:
+    project({"default": redoxide(dead_url(), SOCKET_CONNECT_TIMEOUT=0.2)})
+    assert run("check").code == 0
+    outcome = run("check", tags=["redoxide_connectivity"])
+    assert outcome.code == 1
+    assert "(redoxide.E010) CACHES['default']: primary 127.0.0.1:" in outcome.err
+    assert "ConnectionInterrupted" in outcome.err
+
+
+def test_connectivity_passes_and_pings_a_server_that_is_up(
+    project: Use, redis_server: RedisServer
+) -> None:
+    project({"default": redoxide(redis_server.url)})
+    before = commandstat(redis_server, "ping")
+    outcome = run("check", tags=["redoxide_connectivity"])
+    assert outcome.code == 0 and "no issues" in outcome.out
+    assert commandstat(redis_server, "ping") == before + 1
+
+
+def test_a_stalled_server_fails_the_check_within_its_timeout(
+    project: Use, fresh_redis_server: RedisServer
+) -> None:
+    project({"default": redoxide(fresh_redis_server.url, SOCKET_TIMEOUT=0.2)})
+    fresh_redis_server.pause()
+    try:
+        outcome = run("check", tags=["redoxide_connectivity"])
+    finally:
+        fresh_redis_server.resume()
+    assert outcome.code == 1
+    assert "redoxide.E010" in outcome.err and "CacheTimeout" in outcome.err
+
+
+def test_connectivity_pings_every_node_of_a_cluster(project: Use, cluster: Cluster) -> None:
+    project({"default": redoxide(cluster.urls[:1], CLUSTER=True)})
+    # Primaries PING their replicas every repl-ping-replica-period: hold that off meanwhile.
+    for node in cluster.nodes:
+        node.cli("config", "set", "repl-ping-replica-period", "3600")
+    try:
+        before = {node.port: commandstat(node, "ping") for node in cluster.nodes}
+        assert run("check", tags=["redoxide_connectivity"]).code == 0
+        after = {node.port: commandstat(node, "ping") for node in cluster.nodes}
+    finally:
+        for node in cluster.nodes:
+            node.cli("config", "set", "repl-ping-replica-period", "10")
+    assert all(after[port] == before[port] + 1 for port in before), (before, after)
+
+
+def test_connectivity_passes_on_sentinel_and_reports_the_sentinel_that_is_down(
+    project: Use, sentinel_set: SentinelSet
+) -> None:
+    location = f"redis://{sentinel_set.service}/0"
+    addresses = sentinel_set.sentinel_addresses
+    project({"default": redoxide(location, SENTINELS=addresses)})
+    assert run("check", tags=["redoxide_connectivity"]).code == 0
+    dead = ("127.0.0.1", free_port())
+    project({"default": redoxide(location, SENTINELS=[*addresses, dead])})
+    outcome = run("check", tags=["redoxide_connectivity"])
+    assert outcome.code == 1
+    assert outcome.err.count("redoxide.E010") == 1
+    assert f"sentinel 127.0.0.1:{dead[1]} did not answer" in outcome.err
+
+
+def test_sentinels_that_do_not_answer_are_each_reported(project: Use) -> None:
+    sentinels = [("127.0.0.1", free_port()), ("127.0.0.1", free_port())]
+    project({"default": redoxide("redis://mymaster/0", SENTINELS=sentinels)})
+    outcome = run("check", tags=["redoxide_connectivity"])
+    assert outcome.code == 1
+    assert outcome.err.count("(redoxide.E010) CACHES['default']: sentinel") == 2
+    assert "(redoxide.E011) CACHES['default']: no sentinel named the primary" in outcome.err
+
+
+def test_the_app_registers_its_tags(project: Use) -> None:
+    project({})
+    tags = run("check", list_tags=True).out.split()
+    assert "redoxide" in tags and "redoxide_connectivity" in tags
+
+
+def test_programs_ask_for_the_connectivity_check_with_a_context_manager(project: Use) -> None:
+    project({"default": redoxide(dead_url(), SOCKET_CONNECT_TIMEOUT=0.2)})
+    assert run_checks(tags=["redoxide_connectivity"]) == []
+    with connectivity_asked():
+        assert ids(run_checks(tags=["redoxide_connectivity"])) == ["redoxide.E010"]
+    assert run_checks(tags=["redoxide_connectivity"]) == []
