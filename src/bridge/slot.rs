@@ -8,6 +8,7 @@ use pyo3::PyTraverseError;
 
 use crate::errors::{Error, Result};
 use crate::proto::Reply;
+use crate::stats::Meter;
 
 use super::queue::LoopQueue;
 
@@ -19,6 +20,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where one command's outcome meets the coroutine waiting for it.
 pub struct Slot {
     state: Mutex<SlotState>,
+    /// Counts the outcome in the client's stats, where it arrives (no GIL needed).
+    meter: Option<Meter>,
 }
 
 struct SlotState {
@@ -29,7 +32,12 @@ struct SlotState {
 
 impl Slot {
     pub fn new() -> Arc<Self> {
-        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }) })
+        Self::metered(None)
+    }
+
+    /// A slot whose outcome `meter` counts.
+    pub fn metered(meter: Option<Meter>) -> Arc<Self> {
+        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }), meter })
     }
 
     /// Store the outcome; queue the slot on the loop if a task is parked on it.
@@ -38,6 +46,9 @@ impl Slot {
             let mut state = lock(&self.state);
             if state.outcome.is_some() {
                 return;
+            }
+            if let Some(meter) = &self.meter {
+                meter.record(&outcome);
             }
             state.outcome = Some(outcome);
             state.waker.is_some()

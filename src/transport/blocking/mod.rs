@@ -16,6 +16,7 @@ use crate::ffi;
 use crate::proto::read_buf::unreadable;
 use crate::proto::{ReadBuf, Replies};
 use crate::runtime;
+use crate::stats::Open;
 use crate::transport::{PlainConfig, Target};
 
 use spin::Spin;
@@ -69,6 +70,8 @@ pub struct Blocking {
     config: Arc<PlainConfig>,
     buf: ReadBuf,
     spin: Spin,
+    /// Counts the connection open while it lives.
+    _open: Open,
 }
 
 fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
@@ -154,6 +157,7 @@ impl Blocking {
             config: Arc::clone(config),
             buf: ReadBuf::new(16 * 1024),
             spin: Spin::default(),
+            _open: config.stats.opened(),
         };
         let handshake = &config.handshake;
         if !handshake.is_empty() {
@@ -177,7 +181,9 @@ impl Blocking {
 
     /// Send packed commands (their replies are read by `receive`).
     pub fn send(&mut self, packed: &[u8]) -> Result<()> {
-        self.socket.write_all(packed).map_err(|e| io_error(&e, &self.config, "sending"))
+        self.socket.write_all(packed).map_err(|e| io_error(&e, &self.config, "sending"))?;
+        self.config.stats.sent(packed.len());
+        Ok(())
     }
 
     /// `receive`, but giving up at `deadline` if that comes before the response timeout (a
@@ -249,6 +255,7 @@ impl Blocking {
                 // From here on, wait in the kernel.
                 caught = true;
                 if got > 0 {
+                    self.config.stats.received(got);
                     self.buf.advance(got);
                     continue;
                 }
@@ -261,7 +268,10 @@ impl Blocking {
                         self.config.addr
                     )))
                 }
-                Ok(n) => self.buf.advance(n),
+                Ok(n) => {
+                    self.config.stats.received(n);
+                    self.buf.advance(n);
+                }
                 Err(e) => return Err(io_error(&e, &self.config, "waiting for the reply")),
             }
         }
@@ -314,6 +324,7 @@ mod tests {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             addr: "test".into(),
+            stats: Arc::default(),
         })
     }
 

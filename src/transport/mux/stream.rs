@@ -34,7 +34,8 @@ impl Stream {
         let handshake = &config.handshake;
         if !handshake.is_empty() {
             stream.write_all(handshake.packed()).await.map_err(failed)?;
-            let replies = stream.read_replies(handshake.replies().count(), addr).await?;
+            config.stats.sent(handshake.packed().len());
+            let replies = stream.read_replies(handshake.replies().count(), config).await?;
             handshake.check(Value::Array(replies), addr)?;
         }
         Ok(stream)
@@ -82,7 +83,8 @@ impl Stream {
     }
 
     /// Read `count` replies (nothing else is in flight: the handshake's).
-    async fn read_replies(&self, count: usize, addr: &str) -> Result<Vec<Value>> {
+    async fn read_replies(&self, count: usize, config: &PlainConfig) -> Result<Vec<Value>> {
+        let addr = &*config.addr;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
@@ -96,7 +98,10 @@ impl Stream {
             self.ready(Interest::READABLE).await.map_err(failed)?;
             match self.try_read(buf.room()) {
                 Ok(0) => return Err(failed(std::io::ErrorKind::UnexpectedEof.into())),
-                Ok(n) => buf.advance(n),
+                Ok(n) => {
+                    config.stats.received(n);
+                    buf.advance(n);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(failed(e)),
             }
