@@ -29,14 +29,23 @@ clients, and so their counters.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redoxide._registry import track
 
 if TYPE_CHECKING:
     from redoxide._redoxide import Client
-    from redoxide.cache import RedisCache
     from redoxide.options import Config
+    from redoxide.plans import FailOpen
+
+
+class _Cache(Protocol):
+    """What is read here of a RedisCache (which imports this module)."""
+
+    _config: Config
+    _fail_open: FailOpen
+    key_prefix: str
+    version: int
 
 __all__ = ["collect", "merge", "reset", "seen"]
 
@@ -80,7 +89,7 @@ def _clients(config: Config) -> list[Client]:
         return list(_nodes.get(config.client_key, {}).values())
 
 
-def alias_of(cache: RedisCache) -> str:
+def alias_of(cache: _Cache) -> str:
     """The CACHES alias this cache was configured under (Django does not tell a backend its
     alias): the first whose settings make the same configuration, else the LOCATION."""
     config = cache._config
@@ -132,7 +141,7 @@ def merge(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def collect(cache: RedisCache) -> dict[str, Any]:
+def collect(cache: _Cache) -> dict[str, Any]:
     """The counters of a cache (see the module docstring for the shape)."""
     from redoxide import _redoxide
 
@@ -154,7 +163,7 @@ def collect(cache: RedisCache) -> dict[str, Any]:
     }
 
 
-def reset(cache: RedisCache) -> None:
+def reset(cache: _Cache) -> None:
     """Zero a cache's counters (those of every node it uses, shared with caches that share
     them); open connections are a gauge and stay."""
     for client in _clients(cache._config):
