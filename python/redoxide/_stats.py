@@ -47,6 +47,7 @@ class _Cache(Protocol):
     key_prefix: str
     version: int
 
+
 __all__ = ["collect", "merge", "reset", "seen"]
 
 # client_key -> {address: the node's Rust client}, for every node client made for it.
@@ -106,7 +107,7 @@ def alias_of(cache: _Cache) -> str:
             continue
         try:
             other = parse_config(conf.get("LOCATION", ""), conf.get("OPTIONS"))
-        except Exception:  # an invalid alias is not this one  # noqa: S112
+        except Exception:  # an invalid alias is not this one
             continue
         same = other.client_key == config.client_key and conf.get("KEY_PREFIX", "") == (
             cache.key_prefix
@@ -135,7 +136,7 @@ def merge(nodes: list[dict[str, Any]]) -> dict[str, Any]:
             if have is None:
                 total["latency"][family] = {**hist, "counts": list(hist["counts"])}
                 continue
-            have["counts"] = [a + b for a, b in zip(have["counts"], hist["counts"])]
+            have["counts"] = [a + b for a, b in zip(have["counts"], hist["counts"], strict=True)]
             have["sum_us"] += hist["sum_us"]
             have["count"] += hist["count"]
     return total

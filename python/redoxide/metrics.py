@@ -146,7 +146,7 @@ class RedoxideCollector:
 def _buckets(hist: dict[str, Any]) -> list[tuple[str, float]]:
     """Cumulative Prometheus buckets (upper bounds in seconds) from the per-bucket counts."""
     out, running = [], 0
-    for bound, n in zip(hist["bounds_us"], hist["counts"]):
+    for bound, n in zip(hist["bounds_us"], hist["counts"], strict=False):
         running += n
         out.append((repr(bound / 1e6), float(running)))
     out.append(("+Inf", float(hist["count"])))
@@ -156,5 +156,5 @@ def _buckets(hist: dict[str, Any]) -> list[tuple[str, float]]:
 def register(registry: CollectorRegistry = REGISTRY) -> RedoxideCollector:
     """Register a collector of every redoxide cache with `registry` and return it."""
     collector = RedoxideCollector()
-    registry.register(collector)  # type: ignore[arg-type]
+    registry.register(collector)
     return collector

@@ -65,8 +65,7 @@ def _api() -> Any:
         from opentelemetry import trace
     except ImportError:
         raise ConfigurationError(
-            "redoxide: OPTIONS['TRACING'] needs the OpenTelemetry API: "
-            "pip install 'redoxide[otel]'"
+            "redoxide: OPTIONS['TRACING'] needs the OpenTelemetry API: pip install 'redoxide[otel]'"
         ) from None
     return trace
 
@@ -96,8 +95,8 @@ def _path_db(path: str) -> int:
 def adopt(cache: Any) -> None:
     """Give a cache with TRACING its traced class (and its span attributes, once)."""
     if "_span_attributes" not in cache.__dict__:
-        cache._span_attributes = _attributes(cache)  # type: ignore[attr-defined]
-        cache._tracer = _api().get_tracer("redoxide")  # type: ignore[attr-defined]
+        cache._span_attributes = _attributes(cache)
+        cache._tracer = _api().get_tracer("redoxide")
     cls = type(cache)
     if not getattr(cls, "_redoxide_traced", False):
         cache.__class__ = traced_class(cls)

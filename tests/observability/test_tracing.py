@@ -91,7 +91,9 @@ def test_spans_nest_under_the_callers_span(make_cache: Any, spans: InMemorySpanE
 def test_a_failed_call_marks_its_span(
     make_cache: Any, redis_server: RedisServer, spans: InMemorySpanExporter, mode: str
 ) -> None:
-    down = Ops(build_cache(f"redis://127.0.0.1:{free_port()}/0", {"OPTIONS": {"TRACING": True}}), mode)
+    down = Ops(
+        build_cache(f"redis://127.0.0.1:{free_port()}/0", {"OPTIONS": {"TRACING": True}}), mode
+    )
     with pytest.raises(ConnectionInterrupted):
         down.get("k")
     ops = Ops(make_cache(TRACING=True), mode)

@@ -173,7 +173,7 @@ def _wrap_async(method: str, original: Callable[..., Any]) -> Callable[..., Any]
     return recorded
 
 
-class RedoxidePanel(Panel):  # type: ignore[misc]  # django-debug-toolbar has no type hints
+class RedoxidePanel(Panel):
     """The redoxide calls of one request."""
 
     title = "redoxide"
@@ -188,7 +188,7 @@ class RedoxidePanel(Panel):  # type: ignore[misc]  # django-debug-toolbar has no
 
     @property
     def nav_subtitle(self) -> str:
-        stats = self.get_stats()
+        stats = self.get_stats()  # type: ignore[no-untyped-call]
         if not stats:
             return ""
         return f"{stats['total_calls']} calls in {stats['total_ms']:.2f} ms"
@@ -204,7 +204,7 @@ class RedoxidePanel(Panel):  # type: ignore[misc]  # django-debug-toolbar has no
             cache = caches[alias]
             if isinstance(cache, RedisCache) and not getattr(cache, "_redoxide_recorded", False):
                 self._patched.append((cache, type(cache)))
-                cache._redoxide_panel_alias = alias
+                cache.__dict__["_redoxide_panel_alias"] = alias
                 cache.__class__ = _recording_class(type(cache))
         self._token = _current.set(self)
 
@@ -218,7 +218,7 @@ class RedoxidePanel(Panel):  # type: ignore[misc]  # django-debug-toolbar has no
         self._patched.clear()
 
     def generate_stats(self, request: Any, response: Any) -> None:
-        self.record_stats(
+        self.record_stats(  # type: ignore[no-untyped-call]
             {
                 "calls": self.calls,
                 "total_calls": len(self.calls),
@@ -232,7 +232,7 @@ class RedoxidePanel(Panel):  # type: ignore[misc]  # django-debug-toolbar has no
     def content(self) -> str:
         # Rendered from a string: the panel needs no template directory or installed app.
         template = _engine().from_string(_TEMPLATE)
-        return template.render(Context(self.get_stats()))
+        return template.render(Context(self.get_stats()))  # type: ignore[no-untyped-call]
 
 
 @functools.cache
