@@ -24,6 +24,7 @@ pub const ENABLED: bool = cfg!(feature = "stats");
 /// The command families counted by name (sorted, for the binary search); anything else is
 /// counted as OTHER. A pipeline's round trip is timed as PIPELINE (its commands are counted
 /// each under its own family).
+#[rustfmt::skip]
 const FAMILIES: &[&str] = &[
     "APPEND", "ASKING", "AUTH", "CLIENT", "CLUSTER", "DBSIZE", "DECR", "DECRBY", "DEL", "EVAL",
     "EVALSHA", "EXEC", "EXISTS", "EXPIRE", "EXPIREAT", "FLUSHALL", "FLUSHDB", "GET", "GETDEL",
@@ -441,7 +442,11 @@ mod tests {
         let mut mget = redis::cmd("MGET");
         mget.arg("a").arg("b").arg("c");
         let meter = Meter::start(&stats, &Request::Cmd(mget)).unwrap();
-        meter.record(&Ok(Value::Array(vec![Value::Nil, Value::BulkString(b"x".to_vec()), Value::Nil])));
+        meter.record(&Ok(Value::Array(vec![
+            Value::Nil,
+            Value::BulkString(b"x".to_vec()),
+            Value::Nil,
+        ])));
         let mut exists = redis::cmd("EXISTS");
         exists.arg("a").arg("b");
         Meter::start(&stats, &Request::Cmd(exists)).unwrap().record(&Ok(Value::Int(1)));
