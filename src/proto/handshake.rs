@@ -74,6 +74,13 @@ impl Handshake {
         self.steps.is_empty()
     }
 
+    /// Whether a connection must wait for the replies before its first command: not when
+    /// the handshake is only CLIENT SETINFO, whose replies are read and dropped in front of
+    /// the first command's (so naming the client costs no round trip).
+    pub fn needs_answer(&self) -> bool {
+        self.steps.iter().any(|step| *step != Step::SetInfo)
+    }
+
     /// The bytes to write.
     pub fn packed(&self) -> &[u8] {
         &self.packed
@@ -160,7 +167,10 @@ mod tests {
 
     #[test]
     fn client_setinfo_follows_the_settings_and_its_refusal_is_ignored() {
+        let alone = Handshake::identified(None, None, 0, false, Some(("redoxide", "1.2.3")));
+        assert!(!alone.is_empty() && !alone.needs_answer());
         let hs = Handshake::identified(None, None, 2, false, Some(("redoxide", "1.2.3")));
+        assert!(hs.needs_answer());
         assert_eq!(hs.replies(), Replies::Many(3));
         let text = String::from_utf8_lossy(hs.packed()).into_owned();
         assert!(text.contains("SETINFO\r\n$8\r\nlib-name\r\n$8\r\nredoxide\r\n"), "{text}");

@@ -72,6 +72,8 @@ pub struct Blocking {
     spin: Spin,
     /// Counts the connection open while it lives.
     _open: Open,
+    /// Replies to drop before the next request's: those of a handshake sent unanswered.
+    discard: usize,
 }
 
 fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
@@ -158,11 +160,15 @@ impl Blocking {
             buf: ReadBuf::new(16 * 1024),
             spin: Spin::default(),
             _open: config.stats.opened(),
+            discard: 0,
         };
         let handshake = &config.handshake;
-        if !handshake.is_empty() {
+        if handshake.needs_answer() {
             let replies = conn.request(handshake.packed(), handshake.replies())?;
             handshake.check(replies, addr)?;
+        } else if !handshake.is_empty() {
+            conn.send(handshake.packed())?;
+            conn.discard = handshake.replies().count();
         }
         Ok(conn)
     }
@@ -214,7 +220,7 @@ impl Blocking {
     /// Read the replies of what `send` sent (one value, or a list of them), polling for them
     /// briefly before blocking (see `Spin` and `Wait`).
     pub fn receive(&mut self, shape: Replies, wait: Wait) -> Result<Value> {
-        let expected = shape.count();
+        let expected = shape.count() + self.discard;
         let started = Instant::now();
         let window = self.spin.window();
         let mut caught = window.is_zero();
@@ -279,6 +285,7 @@ impl Blocking {
         if !window.is_zero() {
             self.spin.record(started.elapsed(), !missed);
         }
+        replies.drain(..std::mem::take(&mut self.discard));
         Ok(match shape {
             Replies::One => replies.pop().unwrap_or(Value::Nil),
             Replies::Many(_) => Value::Array(replies),

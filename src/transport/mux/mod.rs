@@ -389,8 +389,8 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
     let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
     let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
-    let stream = match opened {
-        Ok(Ok(stream)) => stream,
+    let (stream, unanswered) = match opened {
+        Ok(Ok(opened)) => opened,
         Ok(Err(err)) => return conn.break_with(&err),
         Err(_) => {
             return conn.break_with(&Error::Connection(format!(
@@ -415,6 +415,11 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
         let answer_by = Instant::now() + config.response_timeout;
         for w in st.waiting.iter_mut() {
             w.deadline = w.deadline.min(answer_by);
+        }
+        if unanswered > 0 {
+            // The handshake's replies come first: read and dropped.
+            let waiter = Waiter { done: Done::Discard, deadline: answer_by };
+            st.waiting.push_front(waiter, Replies::Many(unanswered));
         }
         if !st.outbuf.is_empty() {
             conn.wake_writer.notify_one();

@@ -17,8 +17,9 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Connect and run the handshake (no time limit: the caller bounds it).
-    pub async fn open(config: &PlainConfig) -> Result<Self> {
+    /// Connect and run the handshake (no time limit: the caller bounds it). Return the
+    /// stream and how many replies of a handshake sent without waiting are still to come.
+    pub async fn open(config: &PlainConfig) -> Result<(Self, usize)> {
         let addr = &config.addr;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
@@ -32,13 +33,17 @@ impl Stream {
             Target::Unix(path) => Stream::Unix(UnixStream::connect(path).await.map_err(failed)?),
         };
         let handshake = &config.handshake;
-        if !handshake.is_empty() {
-            stream.write_all(handshake.packed()).await.map_err(failed)?;
-            config.stats.sent(handshake.packed().len());
-            let replies = stream.read_replies(handshake.replies().count(), config).await?;
-            handshake.check(Value::Array(replies), addr)?;
+        if handshake.is_empty() {
+            return Ok((stream, 0));
         }
-        Ok(stream)
+        stream.write_all(handshake.packed()).await.map_err(failed)?;
+        config.stats.sent(handshake.packed().len());
+        if !handshake.needs_answer() {
+            return Ok((stream, handshake.replies().count()));
+        }
+        let replies = stream.read_replies(handshake.replies().count(), config).await?;
+        handshake.check(Value::Array(replies), addr)?;
+        Ok((stream, 0))
     }
 
     pub async fn ready(&self, interest: Interest) -> std::io::Result<()> {
