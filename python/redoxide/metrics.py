@@ -30,7 +30,7 @@ their series are equal: sum over ``alias`` only across caches on different serve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 try:
@@ -47,6 +47,8 @@ except ImportError as exc:  # without the extra
         "redoxide.metrics needs prometheus-client: pip install 'redoxide[prometheus]'"
     ) from exc
 
+from redoxide._configured import redoxide_caches
+
 __all__ = ["RedoxideCollector", "register"]
 
 _NODE = ["alias", "node"]
@@ -60,19 +62,6 @@ _NODE_COUNTERS = (
     ("reconnects", "redoxide_reconnects", "Connections made to replace one that broke."),
     ("timeouts", "redoxide_timeouts", "Calls that got no reply within SOCKET_TIMEOUT."),
 )
-
-
-def redoxide_caches() -> Iterator[tuple[str, Any]]:
-    """Each redoxide cache in settings.CACHES, with its alias."""
-    from django.conf import settings
-    from django.core.cache import caches
-
-    from redoxide.cache import RedisCache
-
-    for alias in getattr(settings, "CACHES", {}):
-        cache = caches[alias]
-        if isinstance(cache, RedisCache):
-            yield alias, cache
 
 
 class RedoxideCollector:

@@ -89,7 +89,8 @@ def test_the_exposition_carries_every_counter(two_caches: Any) -> None:
     assert [b for b, _ in sorted(buckets)][:2] == [4e-6, 8e-6]
     values = [v for _, v in sorted(buckets)]
     assert values == sorted(values) and values[-1] <= 2
-    # Only redoxide caches are exported.
+    # Only redoxide caches are exported, and the others are not even instantiated.
+    assert not hasattr(caches._connections, "local")
     assert {dict(k)["alias"] for k in samples["redoxide_fail_open_misses_total"]} == {
         "default",
         "down",

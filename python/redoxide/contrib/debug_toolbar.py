@@ -23,6 +23,7 @@ from typing import Any
 
 from django.template import Context, Engine
 
+from redoxide._configured import redoxide_caches
 from redoxide.tracing import METHODS
 
 try:
@@ -195,14 +196,8 @@ class RedoxidePanel(Panel):
 
     def enable_instrumentation(self) -> None:
         """Record the calls of this request's redoxide caches."""
-        from django.conf import settings
-        from django.core.cache import caches
-
-        from redoxide.cache import RedisCache
-
-        for alias in getattr(settings, "CACHES", {}):
-            cache = caches[alias]
-            if isinstance(cache, RedisCache) and not getattr(cache, "_redoxide_recorded", False):
+        for alias, cache in redoxide_caches():
+            if not getattr(cache, "_redoxide_recorded", False):
                 self._patched.append((cache, type(cache)))
                 cache.__dict__["_redoxide_panel_alias"] = alias
                 cache.__class__ = _recording_class(type(cache))
