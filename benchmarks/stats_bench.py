@@ -7,9 +7,10 @@ cache with TRACING against one without, same run.
 ``--build`` makes the comparison build once: ``maturin build --release --no-default-features``
 (the ``stats`` cargo feature off), unpacked into ``target/nostats`` (a ``redoxide`` package the
 child processes import through PYTHONPATH). Each round then runs one child process per build,
-alternating, against one throwaway redis-server: sync get (one caller, a hit on a small value)
-and async get with 50 in flight on one event loop. The figures are medians of calls/s over the
-rounds, and the ratio is counters / no counters. The tracing figures come from the child of
+alternating which goes first, against one throwaway redis-server: sync get (one caller, a hit
+on a small value) and async get with 50 in flight on one event loop. The figures are medians
+of calls/s over the rounds; "ratio" is counters / no counters of those medians, "paired" the
+median of each round's own ratio. The tracing figures come from the child of
 the default build: get with TRACING on (an SDK TracerProvider with a BatchSpanProcessor whose
 exporter drops the spans, and with no SDK at all: the API's no-op tracer) against the same
 cache without it, call by call; the cost is the median difference in microseconds, and
@@ -182,11 +183,15 @@ def main() -> None:
             for name in order:
                 tracing = name == "stats" and i < 3
                 runs[name].append(run_child(server.port, args.calls, name == "nostats", tracing))
-    print(f"{'':24}{'counters':>12}{'none':>12}{'ratio':>8}")
+    # The ratio of the medians, and the median of each round's own ratio (the two children
+    # of a round ran back to back, so a change of the host's load hits them alike).
+    print(f"{'':24}{'counters':>12}{'none':>12}{'ratio':>8}{'paired':>8}")
     for key, label in (("get", "sync get, calls/s"), ("aget50", "aget 50 in flight")):
         on = statistics.median(r[key] for r in runs["stats"])
         off = statistics.median(r[key] for r in runs["nostats"])
-        print(f"{label:24}{on:12.0f}{off:12.0f}{on / off:8.3f}")
+        pairs = [a[key] / b[key] for a, b in zip(runs["stats"], runs["nostats"], strict=True)]
+        paired = statistics.median(pairs)
+        print(f"{label:24}{on:12.0f}{off:12.0f}{on / off:8.3f}{paired:8.3f}")
     traced = [r for r in runs["stats"] if "trace_sdk_us" in r]
     noop, sdk, own = (
         statistics.median(r[key] for r in traced)

@@ -91,12 +91,14 @@ fn error_class(err: &Error) -> usize {
     }
 }
 
+/// One family's counters, in the order a successful call touches them (calls, the sum, a
+/// fast bucket: one cache line).
 #[derive(Default)]
 struct Family {
     calls: AtomicU64,
-    errors: [AtomicU64; ERROR_CLASSES.len()],
-    buckets: [AtomicU64; BUCKETS],
     sum_ns: AtomicU64,
+    buckets: [AtomicU64; BUCKETS],
+    errors: [AtomicU64; ERROR_CLASSES.len()],
 }
 
 /// A counter on a cache line of its own: the async path counts bytes sent on the event loop's
@@ -112,17 +114,19 @@ impl std::ops::Deref for Padded {
     }
 }
 
-/// The counters of one client.
+/// The counters of one client. Bytes sent have a cache line of their own (an event loop's
+/// thread counts them); the rest of the per-call counters share one (a sync caller, or the
+/// I/O thread for async calls, counts them).
 pub struct Stats {
     families: Box<[Family]>,
+    bytes_sent: Padded,
     hits: Padded,
     misses: AtomicU64,
-    bytes_sent: Padded,
-    bytes_received: Padded,
-    /// Open now (a gauge: not reset).
-    connections: AtomicI64,
+    bytes_received: AtomicU64,
     reconnects: AtomicU64,
     timeouts: AtomicU64,
+    /// Open now (a gauge: not reset).
+    connections: AtomicI64,
 }
 
 impl Default for Stats {
@@ -132,7 +136,7 @@ impl Default for Stats {
             hits: Padded::default(),
             misses: AtomicU64::new(0),
             bytes_sent: Padded::default(),
-            bytes_received: Padded::default(),
+            bytes_received: AtomicU64::new(0),
             connections: AtomicI64::new(0),
             reconnects: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
@@ -233,7 +237,7 @@ impl Stats {
             &*self.hits,
             &self.misses,
             &*self.bytes_sent,
-            &*self.bytes_received,
+            &self.bytes_received,
             &self.reconnects,
             &self.timeouts,
         ] {
@@ -346,9 +350,9 @@ enum Sent {
     Many(Box<[(usize, u32)]>),
 }
 
-/// One request being timed: made before it is sent, told its outcome once.
+/// One request being timed: made before it is sent, told its outcome (and the client's
+/// counters) once.
 pub struct Meter {
-    stats: Arc<Stats>,
     sent: Sent,
     started: Instant,
 }
@@ -356,7 +360,7 @@ pub struct Meter {
 impl Meter {
     /// Start timing a request (None when this build counts nothing).
     #[inline]
-    pub fn start(stats: &Arc<Stats>, req: &Request) -> Option<Self> {
+    pub fn start(req: &Request) -> Option<Self> {
         if !ENABLED {
             return None;
         }
@@ -367,15 +371,15 @@ impl Meter {
             }
             Request::Pipe(pipe) => Self::many(pipe),
         };
-        Some(Meter { stats: Arc::clone(stats), sent, started: Instant::now() })
+        Some(Meter { sent, started: Instant::now() })
     }
 
     /// Start timing a pipeline sent on its own (a fan-out's part).
-    pub fn start_pipe(stats: &Arc<Stats>, pipe: &Pipeline) -> Option<Self> {
+    pub fn start_pipe(pipe: &Pipeline) -> Option<Self> {
         if !ENABLED {
             return None;
         }
-        Some(Meter { stats: Arc::clone(stats), sent: Self::many(pipe), started: Instant::now() })
+        Some(Meter { sent: Self::many(pipe), started: Instant::now() })
     }
 
     fn many(pipe: &Pipeline) -> Sent {
@@ -383,8 +387,7 @@ impl Meter {
     }
 
     /// Count the request's outcome: calls, errors, hits and misses, and its round trip.
-    pub fn record(&self, outcome: &Result<Reply>) {
-        let stats = &*self.stats;
+    pub fn record(&self, stats: &Stats, outcome: &Result<Reply>) {
         match (&self.sent, outcome) {
             (Sent::One(family, keys), Ok(reply)) => {
                 stats.command(*family, *keys, reply);
@@ -441,20 +444,19 @@ mod tests {
         let stats = Arc::new(Stats::default());
         let mut mget = redis::cmd("MGET");
         mget.arg("a").arg("b").arg("c");
-        let meter = Meter::start(&stats, &Request::Cmd(mget)).unwrap();
-        meter.record(&Ok(Value::Array(vec![
-            Value::Nil,
-            Value::BulkString(b"x".to_vec()),
-            Value::Nil,
-        ])));
+        let meter = Meter::start(&Request::Cmd(mget)).unwrap();
+        meter.record(
+            &stats,
+            &Ok(Value::Array(vec![Value::Nil, Value::BulkString(b"x".to_vec()), Value::Nil])),
+        );
         let mut exists = redis::cmd("EXISTS");
         exists.arg("a").arg("b");
-        Meter::start(&stats, &Request::Cmd(exists)).unwrap().record(&Ok(Value::Int(1)));
+        Meter::start(&Request::Cmd(exists)).unwrap().record(&stats, &Ok(Value::Int(1)));
         assert_eq!((stats.hits.load(Relaxed), stats.misses.load(Relaxed)), (2, 3));
         let mut pipe = Pipeline::new();
         pipe.add_command(redis::cmd("GET").arg("k").clone()).add_command(redis::cmd("PING"));
-        let meter = Meter::start_pipe(&stats, &pipe).unwrap();
-        meter.record(&Err(Error::Timeout("slow".into())));
+        let meter = Meter::start_pipe(&pipe).unwrap();
+        meter.record(&stats, &Err(Error::Timeout("slow".into())));
         assert_eq!(stats.families[GET].errors[1].load(Relaxed), 1);
         assert_eq!(stats.timeouts.load(Relaxed), 1);
         assert_eq!(stats.families[family_of(b"PING")].calls.load(Relaxed), 1);

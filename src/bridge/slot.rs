@@ -9,7 +9,7 @@ use pyo3::PyTraverseError;
 
 use crate::errors::{Error, Result};
 use crate::proto::Reply;
-use crate::stats::Meter;
+use crate::stats::{Meter, Stats};
 
 use super::queue::LoopQueue;
 
@@ -22,7 +22,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Slot {
     state: Mutex<SlotState>,
     /// Counts the outcome in the client's stats, where it arrives (no GIL needed), once.
-    meter: Option<(Meter, AtomicBool)>,
+    meter: Option<(Meter, Arc<Stats>, AtomicBool)>,
 }
 
 struct SlotState {
@@ -33,21 +33,21 @@ struct SlotState {
 
 impl Slot {
     pub fn new() -> Arc<Self> {
-        Self::metered(None)
+        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }), meter: None })
     }
 
-    /// A slot whose outcome `meter` counts.
-    pub fn metered(meter: Option<Meter>) -> Arc<Self> {
-        let meter = meter.map(|m| (m, AtomicBool::new(false)));
+    /// A slot whose outcome `meter` counts in `stats`.
+    pub fn metered(stats: &Arc<Stats>, meter: Option<Meter>) -> Arc<Self> {
+        let meter = meter.map(|m| (m, Arc::clone(stats), AtomicBool::new(false)));
         Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }), meter })
     }
 
     /// Store the outcome; queue the slot on the loop if a task is parked on it.
     pub fn complete(self: &Arc<Self>, outcome: Result<Reply>, queue: &LoopQueue) {
         // Counted before taking the lock, which the awaiting task may be polling.
-        if let Some((meter, counted)) = &self.meter {
+        if let Some((meter, stats, counted)) = &self.meter {
             if !counted.swap(true, Ordering::Relaxed) {
-                meter.record(&outcome);
+                meter.record(stats, &outcome);
             }
         }
         let parked = {

@@ -90,14 +90,14 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 impl Client {
     fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
         let reply = py.detach(|| {
-            let meter = Meter::start(&self.stats, &req);
+            let meter = Meter::start(&req);
             let shared = self.shared_sync.then(|| self.transport.call_shared(&req)).flatten();
             let outcome = match shared {
                 Some(outcome) => outcome,
                 None => exec_sync(self.id, &self.transport, &req),
             };
             if let Some(meter) = meter {
-                meter.record(&outcome);
+                meter.record(&self.stats, &outcome);
             }
             outcome
         })?;
@@ -111,7 +111,7 @@ impl Client {
         req: Request,
         convert: Convert,
     ) -> PyResult<Pending> {
-        let slot = Slot::metered(Meter::start(&self.stats, &req));
+        let slot = Slot::metered(&self.stats, Meter::start(&req));
         let queue = Arc::clone(&bridge.get().queue);
         let (poller, schedule) = self.transport.submit(req, Arc::clone(&slot), queue)?;
         if schedule {

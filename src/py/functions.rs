@@ -180,14 +180,14 @@ pub fn fanout<'py>(
         for (client, commands) in &calls {
             let client = client.get();
             let pipe = pipeline_from(commands)?;
-            meters.push(Meter::start_pipe(&client.stats, &pipe));
+            meters.push((Meter::start_pipe(&pipe), &client.stats));
             parts.push(Call { id: client.id, transport: &client.transport, pipe });
         }
         let outcomes = py.detach(|| {
             let outcomes = fanout_sync(&parts);
-            for (meter, outcome) in meters.iter().zip(&outcomes) {
+            for ((meter, stats), outcome) in meters.iter().zip(&outcomes) {
                 if let Some(meter) = meter {
-                    meter.record(outcome);
+                    meter.record(stats, outcome);
                 }
             }
             outcomes
