@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
+import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +287,33 @@ def test_a_cluster_counts_its_fan_outs_on_each_node(request: pytest.FixtureReque
     # One MGET per slot, all of them hits.
     assert totals["hits"] == 30 and totals["misses"] == 0
     assert totals["calls"]["MGET"] >= 3
+
+
+def test_a_forked_child_counts_from_zero(fresh_redis_server: RedisServer) -> None:
+    cache = build_cache(fresh_redis_server.url)
+    cache.set("k", 1)
+    asyncio.run(cache.aget("k"))
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that forking a multi-threaded process may deadlock: the backend
+        # handles it (tests/reliability/test_processes.py).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: report its counters before and after one call, then leave
+        try:
+            before = cache.stats()["totals"]
+            cache.get("k")
+            after = cache.stats()["totals"]
+            report = [before["calls"], before["connections"], after["calls"], after["connections"]]
+            os.write(write, json.dumps(report).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        if not select.select([pipe], [], [], 15)[0]:
+            os.kill(pid, signal.SIGKILL)
+        report = json.loads(pipe.read() or "null")
+    os.waitpid(pid, 0)
+    assert report == [{}, 0, {"GET": 1}, 1]
+    # The parent's own counters are untouched.
+    assert cache.stats()["totals"]["calls"] == {"SET": 1, "GET": 1}
