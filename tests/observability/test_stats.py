@@ -103,8 +103,9 @@ def test_error_replies_are_counted_by_family_and_class(
     assert refused == 1
 
 
+@pytest.mark.parametrize("sync_connections", ["per-thread", "shared"])
 def test_bytes_match_the_servers_network_counters(
-    fresh_redis_server: RedisServer, mode: str
+    fresh_redis_server: RedisServer, mode: str, sync_connections: str
 ) -> None:
     # The observer is a client of its own, so its INFO traffic is known to the byte.
     observer = _redoxide.Client(fresh_redis_server.url, connect_timeout=5, response_timeout=5)
@@ -118,7 +119,8 @@ def test_bytes_match_the_servers_network_counters(
         return net, {k: observer.stats()[k] - seen[k] for k in ("bytes_sent", "bytes_received")}
 
     server_before, first_info = info()
-    cache = build_cache(fresh_redis_server.url)
+    options = {"SYNC_CONNECTIONS": sync_connections}
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": options})
     traffic(Ops(cache, mode))
     server_after, _ = info()
     ours = cache.stats()["totals"]
@@ -156,6 +158,21 @@ def test_open_connections_match_client_list(fresh_redis_server: RedisServer) -> 
     while cache.stats()["totals"]["connections"] > 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert cache.stats()["totals"]["connections"] == 1
+
+
+def test_threads_sharing_the_multiplexed_connection_count_one(
+    fresh_redis_server: RedisServer,
+) -> None:
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
+    threads = [threading.Thread(target=cache.get, args=("k",)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    asyncio.run(cache.aget("k"))
+    totals = cache.stats()["totals"]
+    assert totals["connections"] == 1 == len(client_list(fresh_redis_server))
+    assert (totals["calls"], totals["misses"]) == ({"GET": 4}, 4)
 
 
 def test_a_server_restart_counts_one_reconnect_per_connection(
