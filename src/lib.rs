@@ -11,6 +11,7 @@ mod proto;
 mod py;
 mod runtime;
 mod slots;
+mod stats;
 mod transport;
 
 use pyo3::prelude::*;

@@ -8,7 +8,10 @@ from typing import Any, Literal, final, overload
 _Command = Sequence[str | bytes | int | float]
 
 __version__: str
+# Whether this build counts (the "stats" cargo feature): without it, stats() is all zeros.
+STATS_ENABLED: bool
 __all__ = [
+    "STATS_ENABLED",
     "Bridge",
     "Client",
     "Pending",
@@ -45,6 +48,11 @@ class Client:
     ) -> Client: ...
     @property
     def address(self) -> str: ...
+    # {"enabled": bool, "calls": {family: n}, "errors": {family: {error class: n}}, "hits",
+    # "misses", "bytes_sent", "bytes_received", "connections", "reconnects", "timeouts": int,
+    # "latency": {family: {"bounds_us": [int], "counts": [int], "sum_us": float, "count": int}}}
+    def stats(self) -> dict[str, Any]: ...
+    def reset_stats(self, *, connections: bool = False) -> None: ...
     @overload
     def get(self, key: str, bridge: None = None) -> bytes | None: ...
     @overload

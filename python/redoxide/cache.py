@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
 from django.core.signals import setting_changed
 
-from redoxide import _scripts, plans
+from redoxide import _scripts, _stats, plans, tracing
 from redoxide._bridges import bridge as _bridge
 from redoxide._expiry import ExpiryMixin
 from redoxide._patterns import PatternsMixin, glob_escape
@@ -104,6 +104,8 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         known = _states.get(key)
         if known is not None and known[0] == params:
             self.__dict__.update(known[1])
+            if self._config.tracing:
+                tracing.adopt(self)
             return
         self._setup(server, params)
         if len(_states) >= _MAX_STATES:
@@ -129,6 +131,9 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         #: Caught around every call; re-raised by _failed unless fail-open covers them.
         self._FAIL_OPEN_ERRORS = fail_open.errors
         self._failed = fail_open.failed
+        self._fail_open = fail_open
+        if config.tracing:
+            tracing.adopt(self)
 
     def __repr__(self) -> str:
         servers = ", ".join(self._config.display_servers)
@@ -552,6 +557,16 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         """Commands redoxide does not wrap, on the same connections: ``cache.client.execute(
         "HINCRBY", cache.make_key("h"), "f", 1)`` and ``await cache.client.aexecute(...)``."""
         return RawClient(self._client)
+
+    def stats(self) -> dict[str, Any]:
+        """Return what this cache's servers were asked and answered, as a plain dict: calls,
+        errors, hits, misses, bytes, connections, latencies, per node and in total (the
+        shape is described in redoxide._stats)."""
+        return _stats.collect(self)
+
+    def reset_stats(self) -> None:
+        """Zero the counters stats() returns (open connections are a gauge and stay)."""
+        _stats.reset(self)
 
     def close(self, **kwargs: Any) -> None:
         """Do nothing: connections are shared by the whole process and outlive requests."""

@@ -55,6 +55,8 @@ _ALIASES = {
     "SYNC_CONNECTIONS": "sync_connections",
     "SIGN_VALUES": "sign_values",
     "SIGNING_KEY": "signing_key",
+    "TRACING": "tracing",
+    "TRACING_KEYS": "tracing_keys",
     **TLS_OPTIONS,
 }
 _CANONICAL = frozenset(_ALIASES.values())
@@ -106,6 +108,9 @@ class Config:
     shared_sync: bool = False
     #: TLS settings passed to every Rust client, as sorted (name, value) pairs.
     tls: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # holds the client key
+    #: An OpenTelemetry client span per cache call (TRACING), with the key (TRACING_KEYS).
+    tracing: bool = False
+    tracing_keys: bool = False
 
     @property
     def tls_kwargs(self) -> dict[str, Any]:
@@ -461,7 +466,7 @@ def _behaviour(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, An
             f"redoxide: DJANGO_REDIS_LOGGER must be a logger name, not {logger_name!r}"
         )
     kwargs["logger_name"] = logger_name
-    for flag in ("stampede_protection", "clear_prefix_only"):
+    for flag in ("stampede_protection", "clear_prefix_only", "tracing", "tracing_keys"):
         if flag in opts:
             if not isinstance(opts[flag], bool):
                 raise _fail(names[flag], f"must be True or False, not {opts[flag]!r}")

@@ -112,7 +112,7 @@ class Computed:
 class FailOpen:
     """IGNORE_EXCEPTIONS: which errors become the caller's fallback, and whether to log them."""
 
-    __slots__ = ("enabled", "errors", "log", "logger")
+    __slots__ = ("enabled", "errors", "ignored", "log", "logger")
 
     def __init__(
         self,
@@ -127,11 +127,14 @@ class FailOpen:
         self.errors = errors
         self.log = log
         self.logger = logging.getLogger(logger_name)
+        #: Calls answered by their fallback (cache.stats()'s fail_open_misses).
+        self.ignored = 0
 
     def failed(self, exc: BaseException, fallback: Any) -> Any:
         """Re-raise `exc`, or under IGNORE_EXCEPTIONS log it and return the fallback."""
         if not (self.enabled and isinstance(exc, self.errors)):
             raise exc
+        self.ignored += 1
         if self.log:
             self.logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
         return fallback() if isinstance(fallback, Computed) else fallback

@@ -1,5 +1,6 @@
 //! Where a command's outcome waits for its awaitable.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::gc::PyVisit;
@@ -8,6 +9,7 @@ use pyo3::PyTraverseError;
 
 use crate::errors::{Error, Result};
 use crate::proto::Reply;
+use crate::stats::{Meter, Stats};
 
 use super::queue::LoopQueue;
 
@@ -19,6 +21,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where one command's outcome meets the coroutine waiting for it.
 pub struct Slot {
     state: Mutex<SlotState>,
+    /// Counts the outcome in the client's stats, where it arrives (no GIL needed), once.
+    meter: Option<(Meter, Arc<Stats>, AtomicBool)>,
 }
 
 struct SlotState {
@@ -29,11 +33,23 @@ struct SlotState {
 
 impl Slot {
     pub fn new() -> Arc<Self> {
-        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }) })
+        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }), meter: None })
+    }
+
+    /// A slot whose outcome `meter` counts in `stats`.
+    pub fn metered(stats: &Arc<Stats>, meter: Option<Meter>) -> Arc<Self> {
+        let meter = meter.map(|m| (m, Arc::clone(stats), AtomicBool::new(false)));
+        Arc::new(Slot { state: Mutex::new(SlotState { outcome: None, waker: None }), meter })
     }
 
     /// Store the outcome; queue the slot on the loop if a task is parked on it.
     pub fn complete(self: &Arc<Self>, outcome: Result<Reply>, queue: &LoopQueue) {
+        // Counted before taking the lock, which the awaiting task may be polling.
+        if let Some((meter, stats, counted)) = &self.meter {
+            if !counted.swap(true, Ordering::Relaxed) {
+                meter.record(stats, &outcome);
+            }
+        }
         let parked = {
             let mut state = lock(&self.state);
             if state.outcome.is_some() {

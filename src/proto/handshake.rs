@@ -1,5 +1,6 @@
 //! What every new connection sends before its first command (AUTH, SELECT, READONLY as
-//! configured), and how its replies are judged: by which command failed, not by their text.
+//! configured, then CLIENT SETINFO naming the library), and how its replies are judged: by
+//! which command failed, not by their text.
 
 use redis::{Pipeline, Value};
 
@@ -11,6 +12,8 @@ enum Step {
     Auth,
     Select,
     ReadOnly,
+    /// CLIENT SETINFO: servers before 7.2 refuse it, and that is no reason to fail.
+    SetInfo,
 }
 
 /// The packed handshake of one server's connections.
@@ -23,7 +26,22 @@ pub struct Handshake {
 impl Handshake {
     /// AUTH when there is a password, SELECT for a database other than 0, READONLY to read
     /// from a cluster replica.
+    #[cfg(test)]
     pub fn new(username: Option<&str>, password: Option<&str>, db: i64, readonly: bool) -> Self {
+        Self::identified(username, password, db, readonly, None)
+    }
+
+    /// `new`, then `CLIENT SETINFO lib-name` and `lib-ver` when `library` (name, version) is
+    /// given, so the server's CLIENT LIST shows which clients are connected. In the same
+    /// pipeline: a server that does not know SETINFO (before 7.2) answers an error reply,
+    /// which `check` ignores, and no round trip is spent finding out.
+    pub fn identified(
+        username: Option<&str>,
+        password: Option<&str>,
+        db: i64,
+        readonly: bool,
+        library: Option<(&str, &str)>,
+    ) -> Self {
         let mut pipe = Pipeline::new();
         let mut steps = Vec::new();
         if let Some(password) = password {
@@ -42,12 +60,25 @@ impl Handshake {
             pipe.add_command(redis::cmd("READONLY"));
             steps.push(Step::ReadOnly);
         }
+        if let Some((name, version)) = library {
+            for (attr, value) in [("lib-name", name), ("lib-ver", version)] {
+                pipe.add_command(redis::cmd("CLIENT").arg("SETINFO").arg(attr).arg(value).clone());
+                steps.push(Step::SetInfo);
+            }
+        }
         Handshake { packed: pipe.get_packed_pipeline(), steps }
     }
 
     /// Whether there is nothing to send (a connection is ready as soon as it is open).
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
+    }
+
+    /// Whether a connection must wait for the replies before its first command: not when
+    /// the handshake is only CLIENT SETINFO, whose replies are read and dropped in front of
+    /// the first command's (so naming the client costs no round trip).
+    pub fn needs_answer(&self) -> bool {
+        self.steps.iter().any(|step| *step != Step::SetInfo)
     }
 
     /// The bytes to write.
@@ -70,6 +101,9 @@ impl Handshake {
         };
         for (step, reply) in self.steps.iter().zip(&replies) {
             let Value::ServerError(err) = reply else { continue };
+            if *step == Step::SetInfo {
+                continue;
+            }
             return Err(if *step == Step::Auth || err.code() == "NOAUTH" {
                 Error::Connection(format!(
                     "Authentication to Redis at {addr} failed: check the username and password"
@@ -129,5 +163,25 @@ mod tests {
         let err = hs.check(reply(b"-NOAUTH Authentication required.\r\n"), "h:1").unwrap_err();
         assert!(matches!(err, Error::Connection(_)), "{err:?}");
         assert!(hs.check(Value::Array(vec![Value::Okay]), "h:1").is_ok());
+    }
+
+    #[test]
+    fn client_setinfo_follows_the_settings_and_its_refusal_is_ignored() {
+        let alone = Handshake::identified(None, None, 0, false, Some(("redoxide", "1.2.3")));
+        assert!(!alone.is_empty() && !alone.needs_answer());
+        let hs = Handshake::identified(None, None, 2, false, Some(("redoxide", "1.2.3")));
+        assert!(hs.needs_answer());
+        assert_eq!(hs.replies(), Replies::Many(3));
+        let text = String::from_utf8_lossy(hs.packed()).into_owned();
+        assert!(text.contains("SETINFO\r\n$8\r\nlib-name\r\n$8\r\nredoxide\r\n"), "{text}");
+        assert!(text.ends_with("lib-ver\r\n$5\r\n1.2.3\r\n"), "{text}");
+        // A server before 7.2 does not know SETINFO.
+        let old = reply(b"-ERR unknown subcommand 'SETINFO'. Try CLIENT HELP.\r\n");
+        let replies = Value::Array(vec![Value::Okay, old.clone(), old]);
+        assert!(hs.check(replies, "h:1").is_ok());
+        // Any other refusal still counts.
+        let bad_db = reply(b"-ERR DB index is out of range\r\n");
+        let replies = Value::Array(vec![bad_db, Value::Okay, Value::Okay]);
+        assert!(matches!(hs.check(replies, "h:1"), Err(Error::Response { .. })));
     }
 }

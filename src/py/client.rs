@@ -10,7 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 use redis::io::tcp::TcpSettings;
 use redis::{IntoConnectionInfo, Pipeline, Value};
 
@@ -20,6 +20,7 @@ use crate::proto::command::{command_from, pipeline_from, push_arg, set_cmd};
 use crate::proto::reply::{self, Reply};
 use crate::proto::Request;
 use crate::runtime;
+use crate::stats::{Meter, Stats};
 use crate::transport::{exec_sync, Timeouts, TlsOptions, Transport};
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -30,6 +31,7 @@ type Convert = fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>;
 /// Add the class to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add("STATS_ENABLED", crate::stats::ENABLED)?;
     m.add_function(wrap_pyfunction!(_flush_writes, m)?)
 }
 
@@ -72,6 +74,7 @@ pub struct Client {
     pub(crate) transport: Transport,
     /// Sync calls share the multiplexed connection instead of one connection per thread.
     shared_sync: bool,
+    pub(crate) stats: Arc<Stats>,
 }
 
 fn secs(name: &str, value: f64) -> PyResult<Duration> {
@@ -87,12 +90,16 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 impl Client {
     fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
         let reply = py.detach(|| {
-            if self.shared_sync {
-                if let Some(outcome) = self.transport.call_shared(&req) {
-                    return outcome;
-                }
+            let meter = Meter::start(&req);
+            let shared = self.shared_sync.then(|| self.transport.call_shared(&req)).flatten();
+            let outcome = match shared {
+                Some(outcome) => outcome,
+                None => exec_sync(self.id, &self.transport, &req),
+            };
+            if let Some(meter) = meter {
+                meter.record(&self.stats, &outcome);
             }
-            exec_sync(self.id, &self.transport, &req)
+            outcome
         })?;
         convert(py, reply)
     }
@@ -104,7 +111,7 @@ impl Client {
         req: Request,
         convert: Convert,
     ) -> PyResult<Pending> {
-        let slot = Slot::new();
+        let slot = Slot::metered(&self.stats, Meter::start(&req));
         let queue = Arc::clone(&bridge.get().queue);
         let (poller, schedule) = self.transport.submit(req, Arc::clone(&slot), queue)?;
         if schedule {
@@ -194,8 +201,8 @@ impl Client {
             if let Some(db) = db {
                 redis_settings = redis_settings.set_db(db);
             }
-            // No CLIENT SETINFO: a connection without AUTH or SELECT then needs no handshake at all.
-            redis_settings = redis_settings.set_skip_set_lib_name();
+            // TLS connections are redis-rs': it sends CLIENT SETINFO (and ignores a refusal).
+            redis_settings = redis_settings.set_lib_name("redoxide", env!("CARGO_PKG_VERSION"));
             let addr: Arc<str> = info.addr().to_string().into();
             let info = info
                 .set_redis_settings(redis_settings)
@@ -211,12 +218,14 @@ impl Client {
                 connect: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
                 response: secs("SOCKET_TIMEOUT", response_timeout)?,
             };
-            let transport = Transport::open(info, tls, readonly, timeouts, &addr)?;
+            let stats = Arc::new(Stats::default());
+            let transport = Transport::open(info, tls, readonly, timeouts, &addr, &stats)?;
             Ok(Client {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 addr,
                 transport,
                 shared_sync,
+                stats,
             })
         })
     }
@@ -229,6 +238,18 @@ impl Client {
     #[getter]
     fn address(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// This client's counters as a plain dict (see the stubs for its shape).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.stats.to_py(py)
+    }
+
+    /// Zero this client's counters; the open connections too only if `connections` (a
+    /// forked child, whose inherited connections are its parent's).
+    #[pyo3(signature = (*, connections=false))]
+    fn reset_stats(&self, connections: bool) {
+        self.stats.reset(connections);
     }
 
     /// GET key -> bytes or None. With `bridge`, return an awaitable instead.

@@ -10,6 +10,7 @@ use crate::proto::command::pipeline_from;
 use crate::proto::reply;
 use crate::py::client::Client;
 use crate::slots::slot;
+use crate::stats::Meter;
 use crate::transport::{fanout_sync, Call};
 
 /// Inputs at least this long are (de)compressed with the GIL released; below it the
@@ -175,15 +176,22 @@ pub fn fanout<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     guard(|| {
         let mut parts = Vec::with_capacity(calls.len());
+        let mut meters = Vec::with_capacity(calls.len());
         for (client, commands) in &calls {
             let client = client.get();
-            parts.push(Call {
-                id: client.id,
-                transport: &client.transport,
-                pipe: pipeline_from(commands)?,
-            });
+            let pipe = pipeline_from(commands)?;
+            meters.push((Meter::start_pipe(&pipe), &client.stats));
+            parts.push(Call { id: client.id, transport: &client.transport, pipe });
         }
-        let outcomes = py.detach(|| fanout_sync(&parts));
+        let outcomes = py.detach(|| {
+            let outcomes = fanout_sync(&parts);
+            for ((meter, stats), outcome) in meters.iter().zip(&outcomes) {
+                if let Some(meter) = meter {
+                    meter.record(stats, outcome);
+                }
+            }
+            outcomes
+        });
         let out = PyList::empty(py);
         for outcome in outcomes {
             match outcome {

@@ -18,6 +18,7 @@ use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
 use crate::proto::handshake::Handshake;
 use crate::proto::{Reply, Request};
+use crate::stats::Stats;
 
 pub use fanout::{fanout_sync, Call};
 pub use mux::flush_deferred;
@@ -40,6 +41,8 @@ pub struct PlainConfig {
     pub response_timeout: Duration,
     /// host:port or path, for messages: never credentials.
     pub addr: Arc<str>,
+    /// The client's counters (bytes, connections, reconnects).
+    pub stats: Arc<Stats>,
 }
 
 /// How one client reaches its server.
@@ -66,12 +69,13 @@ impl Transport {
         readonly: bool,
         timeouts: Timeouts,
         addr: &Arc<str>,
+        stats: &Arc<Stats>,
     ) -> Result<Self> {
         let target = match info.addr() {
             ConnectionAddr::Tcp(host, port) => Target::Tcp(host.clone(), *port),
             ConnectionAddr::Unix(path) => Target::Unix(path.clone()),
             _ => {
-                return tls::TlsTransport::open(info, tls, readonly, timeouts, addr)
+                return tls::TlsTransport::open(info, tls, readonly, timeouts, addr, stats)
                     .map(|t| Transport::Tls(Box::new(t)))
             }
         };
@@ -81,16 +85,31 @@ impl Transport {
             )));
         }
         let settings = info.redis_settings();
-        let handshake =
-            Handshake::new(settings.username(), settings.password(), settings.db(), readonly);
+        let library = Some(("redoxide", env!("CARGO_PKG_VERSION")));
+        let handshake = Handshake::identified(
+            settings.username(),
+            settings.password(),
+            settings.db(),
+            readonly,
+            library,
+        );
         let config = Arc::new(PlainConfig {
             target,
             handshake,
             connect_timeout: timeouts.connect,
             response_timeout: timeouts.response,
             addr: Arc::clone(addr),
+            stats: Arc::clone(stats),
         });
         Ok(Transport::Plain { mux: mux::Mux::new(Arc::clone(&config)), config })
+    }
+
+    /// The client's counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        match self {
+            Transport::Plain { config, .. } => &config.stats,
+            Transport::Tls(tls) => &tls.stats,
+        }
     }
 
     /// How long a reply may take.
@@ -187,7 +206,7 @@ mod tests {
     fn open(url: &str, tls: TlsOptions) -> Result<Transport> {
         let info = url.into_connection_info().unwrap();
         let addr: Arc<str> = info.addr().to_string().into();
-        Transport::open(info, tls, false, TIMEOUTS, &addr)
+        Transport::open(info, tls, false, TIMEOUTS, &addr, &Arc::default())
     }
 
     #[test]

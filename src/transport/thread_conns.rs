@@ -15,9 +15,10 @@ struct ThreadConn {
     link: Link,
 }
 
-/// The connections of the calling thread.
+/// The connections of the calling thread, and the clients whose connection broke (the next
+/// one made for them is a reconnect).
 #[derive(Default)]
-pub struct ThreadConns(Vec<ThreadConn>);
+pub struct ThreadConns(Vec<ThreadConn>, Vec<u64>);
 
 thread_local! {
     static CONNS: RefCell<ThreadConns> = RefCell::new(ThreadConns::default());
@@ -48,23 +49,36 @@ impl ThreadConns {
         transport: &Transport,
         generation: u64,
     ) -> Result<(usize, bool)> {
-        let conns = &mut self.0;
-        match conns.iter().position(|c| c.client_id == id) {
-            Some(i) if conns[i].generation == generation && !conns[i].link.is_stale() => {
-                Ok((i, true))
-            }
-            found => {
-                if let Some(i) = found {
-                    let old = conns.swap_remove(i);
-                    if old.generation != generation {
-                        // Inherited across fork(): the socket is the parent's too.
-                        std::mem::forget(old);
-                    }
-                }
-                conns.push(ThreadConn { client_id: id, generation, link: transport.connect()? });
-                Ok((conns.len() - 1, false))
+        let found = self.0.iter().position(|c| c.client_id == id);
+        if let Some(i) = found {
+            let conn = &self.0[i];
+            if conn.generation == generation && !conn.link.is_stale() {
+                return Ok((i, true));
             }
         }
+        let mut replaces = false;
+        if let Some(i) = found {
+            let old = self.0.swap_remove(i);
+            if old.generation == generation {
+                replaces = true;
+            } else {
+                // Inherited across fork(): the socket is the parent's too.
+                std::mem::forget(old);
+            }
+        }
+        let link = transport.connect()?;
+        if self.forget_lost(id) || replaces {
+            transport.stats().reconnected();
+        }
+        self.0.push(ThreadConn { client_id: id, generation, link });
+        Ok((self.0.len() - 1, false))
+    }
+
+    /// Whether a client's connection broke since this thread last made one (forgetting it).
+    fn forget_lost(&mut self, id: u64) -> bool {
+        let Some(at) = self.1.iter().position(|&lost| lost == id) else { return false };
+        self.1.swap_remove(at);
+        true
     }
 
     /// This thread's connection for a client, made if needed (see `position`).
@@ -82,6 +96,7 @@ impl ThreadConns {
     pub fn remove(&mut self, id: u64) {
         if let Some(at) = self.0.iter().position(|c| c.client_id == id) {
             self.0.swap_remove(at);
+            self.1.push(id);
         }
     }
 }
@@ -97,8 +112,11 @@ pub fn exec_sync(id: u64, transport: &Transport, req: &Request) -> Result<Reply>
         if let Err(err) = &result {
             if breaks_connection(err) {
                 conns.0.swap_remove(at);
+                conns.1.push(id);
                 if may_replay(err, reused, req) {
                     let mut link = transport.connect()?;
+                    conns.forget_lost(id);
+                    transport.stats().reconnected();
                     result = link.send(req);
                     if !matches!(result, Err(Error::Connection(_) | Error::Timeout(_))) {
                         conns.0.push(ThreadConn { client_id: id, generation, link });

@@ -1,5 +1,6 @@
 //! TLS servers (`rediss://`), through redis-rs: a blocking `redis::Connection` per thread and
-//! one reconnecting `ConnectionManager` per process for async calls.
+//! one reconnecting `ConnectionManager` per process for async calls. redis-rs reads the replies,
+//! so bytes received are not counted here; bytes sent are the requests' packed sizes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use crate::bridge::{CompletionGuard, LoopQueue, Slot};
 use crate::errors::{Error, Result};
 use crate::proto::{Reply, Request};
 use crate::runtime;
+use crate::stats::{Open, Stats};
 use crate::transport::Timeouts;
 
 /// TLS settings for a `rediss://` server (OPTIONS `SSL_*`); certificates and key as PEM.
@@ -40,14 +42,17 @@ pub struct TlsTransport {
     /// Reads from a cluster replica: every connection must say READONLY first.
     readonly: bool,
     addr: Arc<str>,
+    pub stats: Arc<Stats>,
     /// The reconnecting connection for async traffic, and the fork generation it belongs to.
-    aio: Mutex<Option<(u64, ConnectionManager)>>,
+    aio: Mutex<Option<(u64, ConnectionManager, Open)>>,
 }
 
 /// One thread's blocking TLS connection.
 pub struct TlsLink {
     conn: redis::Connection,
     addr: Arc<str>,
+    stats: Arc<Stats>,
+    _open: Open,
 }
 
 impl TlsTransport {
@@ -58,6 +63,7 @@ impl TlsTransport {
         readonly: bool,
         timeouts: Timeouts,
         addr: &Arc<str>,
+        stats: &Arc<Stats>,
     ) -> Result<Self> {
         let invalid =
             |e: RedisError| Error::Config(format!("invalid LOCATION for {addr}: {}", e.category()));
@@ -99,6 +105,7 @@ impl TlsTransport {
             timeouts,
             readonly,
             addr: Arc::clone(addr),
+            stats: Arc::clone(stats),
             aio: Mutex::new(None),
         })
     }
@@ -125,14 +132,19 @@ impl TlsTransport {
         if self.readonly {
             redis::cmd("READONLY").query::<()>(&mut conn).map_err(|e| self.fail(&e))?;
         }
-        Ok(TlsLink { conn, addr: Arc::clone(&self.addr) })
+        Ok(TlsLink {
+            conn,
+            addr: Arc::clone(&self.addr),
+            stats: Arc::clone(&self.stats),
+            _open: self.stats.opened(),
+        })
     }
 
     /// The multiplexed connection for async traffic, made on first use in this process.
     fn aio_conn(&self) -> Result<ConnectionManager> {
         let generation = runtime::generation();
         let mut aio = self.aio.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((g, manager)) = aio.as_ref() {
+        if let Some((g, manager, _)) = aio.as_ref() {
             if *g == generation {
                 return Ok(manager.clone());
             }
@@ -149,7 +161,7 @@ impl TlsTransport {
             .set_number_of_retries(0);
         let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             .map_err(|e| self.fail(&e))?;
-        *aio = Some((generation, manager.clone()));
+        *aio = Some((generation, manager.clone(), self.stats.opened()));
         Ok(manager)
     }
 
@@ -157,6 +169,7 @@ impl TlsTransport {
     pub fn submit(&self, req: Request, slot: Arc<Slot>, queue: Arc<LoopQueue>) -> Result<()> {
         let mut conn = self.aio_conn()?;
         let rt = runtime::get()?;
+        self.stats.sent(packed_len(&req));
         let completion = CompletionGuard::new(slot, queue);
         let addr = Arc::clone(&self.addr);
         // redis-rs' manager reconnects on its own, with no hook to run READONLY on the new
@@ -190,6 +203,7 @@ impl TlsTransport {
 impl TlsLink {
     /// One round trip.
     pub fn send(&mut self, req: &Request) -> Result<Reply> {
+        self.stats.sent(packed_len(req));
         let result = match req {
             Request::Cmd(cmd) => self.conn.req_command(cmd),
             Request::Pipe(pipe) => self
@@ -201,7 +215,7 @@ impl TlsLink {
     }
 }
 
-/// The request as a pipeline led by READONLY; see `drop_leading` for the reply.
+/// The request as a pipeline led by READONLY; see `unwrap_readonly` for the reply.
 fn with_readonly(req: &Request) -> Request {
     let mut pipe = redis::pipe();
     pipe.add_command(redis::cmd("READONLY"));
@@ -232,6 +246,17 @@ fn unwrap_readonly(reply: Reply, single: Option<bool>) -> Reply {
             }
         }
         other => other,
+    }
+}
+
+/// The size of a request on the wire (packed again: only counted when stats are on).
+fn packed_len(req: &Request) -> usize {
+    if !crate::stats::ENABLED {
+        return 0;
+    }
+    match req {
+        Request::Cmd(cmd) => cmd.get_packed_command().len(),
+        Request::Pipe(pipe) => pipe.get_packed_pipeline().len(),
     }
 }
 

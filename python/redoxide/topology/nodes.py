@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from redoxide import _redoxide
+from redoxide import _redoxide, _stats
 from redoxide._location import redact
 from redoxide._registry import Registry
 from redoxide.exceptions import ConfigurationError
@@ -23,7 +23,7 @@ _nodes: Registry[_redoxide.Client] = Registry()
 def new_client(config: Config, url: str, **kwargs: Any) -> _redoxide.Client:
     """A Rust client for one server URL with the configuration's timeouts and TLS settings."""
     try:
-        return _redoxide.Client(
+        client = _redoxide.Client(
             url,
             connect_timeout=config.connect_timeout,
             response_timeout=config.socket_timeout,
@@ -33,6 +33,8 @@ def new_client(config: Config, url: str, **kwargs: Any) -> _redoxide.Client:
         )
     except ConfigurationError as exc:  # name the URL, never its secret
         raise ConfigurationError(f"{exc} (LOCATION {redact(url)!r})") from None
+    _stats.seen(config, client)
+    return client
 
 
 def node_client(
@@ -61,7 +63,9 @@ def node_client(
             readonly=readonly,
         )  # fmt: skip
 
-    return _nodes.get(key, make)
+    client = _nodes.get(key, make)
+    _stats.seen(config, client)  # a node made for another configuration serves this one too
+    return client
 
 
 def discovery_budget(config: Config) -> float:

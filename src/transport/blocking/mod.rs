@@ -16,6 +16,7 @@ use crate::ffi;
 use crate::proto::read_buf::unreadable;
 use crate::proto::{ReadBuf, Replies};
 use crate::runtime;
+use crate::stats::Open;
 use crate::transport::{PlainConfig, Target};
 
 use spin::Spin;
@@ -69,6 +70,10 @@ pub struct Blocking {
     config: Arc<PlainConfig>,
     buf: ReadBuf,
     spin: Spin,
+    /// Counts the connection open while it lives.
+    _open: Open,
+    /// Replies to drop before the next request's: those of a handshake sent unanswered.
+    discard: usize,
 }
 
 fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
@@ -154,11 +159,16 @@ impl Blocking {
             config: Arc::clone(config),
             buf: ReadBuf::new(16 * 1024),
             spin: Spin::default(),
+            _open: config.stats.opened(),
+            discard: 0,
         };
         let handshake = &config.handshake;
-        if !handshake.is_empty() {
+        if handshake.needs_answer() {
             let replies = conn.request(handshake.packed(), handshake.replies())?;
             handshake.check(replies, addr)?;
+        } else if !handshake.is_empty() {
+            conn.send(handshake.packed())?;
+            conn.discard = handshake.replies().count();
         }
         Ok(conn)
     }
@@ -177,7 +187,9 @@ impl Blocking {
 
     /// Send packed commands (their replies are read by `receive`).
     pub fn send(&mut self, packed: &[u8]) -> Result<()> {
-        self.socket.write_all(packed).map_err(|e| io_error(&e, &self.config, "sending"))
+        self.socket.write_all(packed).map_err(|e| io_error(&e, &self.config, "sending"))?;
+        self.config.stats.sent(packed.len());
+        Ok(())
     }
 
     /// `receive`, but giving up at `deadline` if that comes before the response timeout (a
@@ -208,7 +220,7 @@ impl Blocking {
     /// Read the replies of what `send` sent (one value, or a list of them), polling for them
     /// briefly before blocking (see `Spin` and `Wait`).
     pub fn receive(&mut self, shape: Replies, wait: Wait) -> Result<Value> {
-        let expected = shape.count();
+        let expected = shape.count() + self.discard;
         let started = Instant::now();
         let window = self.spin.window();
         let mut caught = window.is_zero();
@@ -249,6 +261,7 @@ impl Blocking {
                 // From here on, wait in the kernel.
                 caught = true;
                 if got > 0 {
+                    self.config.stats.received(got);
                     self.buf.advance(got);
                     continue;
                 }
@@ -261,7 +274,10 @@ impl Blocking {
                         self.config.addr
                     )))
                 }
-                Ok(n) => self.buf.advance(n),
+                Ok(n) => {
+                    self.config.stats.received(n);
+                    self.buf.advance(n);
+                }
                 Err(e) => return Err(io_error(&e, &self.config, "waiting for the reply")),
             }
         }
@@ -269,6 +285,7 @@ impl Blocking {
         if !window.is_zero() {
             self.spin.record(started.elapsed(), !missed);
         }
+        replies.drain(..std::mem::take(&mut self.discard));
         Ok(match shape {
             Replies::One => replies.pop().unwrap_or(Value::Nil),
             Replies::Many(_) => Value::Array(replies),
@@ -314,6 +331,7 @@ mod tests {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             addr: "test".into(),
+            stats: Arc::default(),
         })
     }
 

@@ -14,6 +14,8 @@ pub enum Done {
     Loop { slot: Arc<Slot>, queue: Arc<LoopQueue> },
     /// A thread blocked in `ThreadWait::wait`.
     Thread(Arc<ThreadWait>),
+    /// Nobody: the replies of a handshake sent without waiting for them.
+    Discard,
 }
 
 impl Done {
@@ -22,6 +24,7 @@ impl Done {
         match self {
             Done::Loop { slot, queue } => slot.complete(outcome, &queue),
             Done::Thread(wait) => wait.complete(outcome),
+            Done::Discard => {}
         }
     }
 }

@@ -44,6 +44,11 @@ impl<W> Fifo<W> {
         None
     }
 
+    /// Queue a waiter in front of all the others (for bytes written before theirs).
+    pub fn push_front(&mut self, waiter: W, replies: Replies) {
+        self.entries.push_front(Entry { waiter, replies, got: Vec::new() });
+    }
+
     /// Give a reply to the oldest waiter; return that waiter with its whole answer once this
     /// reply completes it (one value, or the list of a pipeline's replies).
     pub fn deliver(&mut self, value: Value) -> Result<Option<(W, Value)>, Unsolicited> {

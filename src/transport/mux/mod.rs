@@ -25,6 +25,7 @@ use crate::ffi;
 use crate::proto::read_buf::unreadable;
 use crate::proto::{ReadBuf, Replies, Reply};
 use crate::runtime;
+use crate::stats::{Open, Stats};
 use crate::transport::PlainConfig;
 
 pub use done::{Done, ThreadWait};
@@ -73,6 +74,9 @@ pub struct Conn {
     /// Whoever reads the socket (the reader task, or an awaiting caller polling) holds this.
     reading: Mutex<ReadBuf>,
     addr: Arc<str>,
+    stats: Arc<Stats>,
+    /// Counts the connection open once it is, until it is freed.
+    open: std::sync::OnceLock<Open>,
 }
 
 impl Poller for Conn {
@@ -87,6 +91,7 @@ impl Poller for Conn {
         let Ok(mut rs) = self.reading.try_lock() else { return };
         // EOF and errors are left for the reader task to report.
         if let Ok(n @ 1..) = ffi::recv_nonblocking(fd, rs.room()) {
+            self.stats.received(n);
             rs.advance(n);
             if let Err(err) = self.absorb(&mut rs) {
                 self.break_with(&err);
@@ -211,7 +216,9 @@ impl Mux {
             }
         }
         if let Some((g, stale)) = current.take() {
-            if g != generation {
+            if g == generation {
+                self.config.stats.reconnected();
+            } else {
                 // The parent's connection: its socket is registered with the parent's reactor,
                 // and touching it here would disturb the parent. Leak it.
                 std::mem::forget(stale);
@@ -229,6 +236,8 @@ impl Mux {
             stream: std::sync::OnceLock::new(),
             reading: Mutex::new(ReadBuf::new(64 * 1024)),
             addr: Arc::clone(&self.config.addr),
+            stats: Arc::clone(&self.config.stats),
+            open: std::sync::OnceLock::new(),
         });
         runtime::get()?.spawn(connect(Arc::clone(&conn), Arc::clone(&self.config)));
         *current = Some((generation, Arc::clone(&conn)));
@@ -295,6 +304,7 @@ impl Mux {
         let mut schedule = false;
         match st.phase {
             Phase::Ready(fd) if was_idle && !defer && st.outbuf.is_empty() && !st.writing => {
+                self.config.stats.sent(packed.len());
                 // Nothing in flight: write from this thread, saving a hop to the I/O thread.
                 let sent = ffi::send_nonblocking(fd, packed);
                 if sent < packed.len() {
@@ -303,6 +313,7 @@ impl Mux {
                 }
             }
             Phase::Ready(_) => {
+                self.config.stats.sent(packed.len());
                 // Replies are outstanding: batch with whatever else comes this tick (bytes
                 // already waiting are someone's to write: the writer's, or a loop's flush).
                 let unclaimed = st.outbuf.is_empty() && !st.writing;
@@ -315,7 +326,10 @@ impl Mux {
                     }
                 }
             }
-            Phase::Connecting => st.outbuf.extend_from_slice(packed),
+            Phase::Connecting => {
+                self.config.stats.sent(packed.len());
+                st.outbuf.extend_from_slice(packed);
+            }
             Phase::Broken => {
                 let w = st.waiting.pop_back();
                 let cause = st.cause.clone().unwrap_or_else(|| {
@@ -375,8 +389,8 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
     let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
     let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
-    let stream = match opened {
-        Ok(Ok(stream)) => stream,
+    let (stream, unanswered) = match opened {
+        Ok(Ok(opened)) => opened,
         Ok(Err(err)) => return conn.break_with(&err),
         Err(_) => {
             return conn.break_with(&Error::Connection(format!(
@@ -395,11 +409,17 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
             return;
         }
         st.phase = Phase::Ready(fd);
+        let _ = conn.open.set(config.stats.opened());
         // Commands queued while connecting had connect + response time; now connected, they
         // get one response timeout from here (a stalled server costs one timeout, not two).
         let answer_by = Instant::now() + config.response_timeout;
         for w in st.waiting.iter_mut() {
             w.deadline = w.deadline.min(answer_by);
+        }
+        if unanswered > 0 {
+            // The handshake's replies come first: read and dropped.
+            let waiter = Waiter { done: Done::Discard, deadline: answer_by };
+            st.waiting.push_front(waiter, Replies::Many(unanswered));
         }
         if !st.outbuf.is_empty() {
             conn.wake_writer.notify_one();
@@ -473,6 +493,7 @@ async fn read_loop(conn: Arc<Conn>, addr: Arc<str>, response_timeout: Duration) 
                     "Connection to Redis at {addr} was closed by the server"
                 ))),
                 Ok(n) => {
+                    conn.stats.received(n);
                     rs.advance(n);
                     conn.absorb(rs)
                 }

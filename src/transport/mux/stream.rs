@@ -17,8 +17,9 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Connect and run the handshake (no time limit: the caller bounds it).
-    pub async fn open(config: &PlainConfig) -> Result<Self> {
+    /// Connect and run the handshake (no time limit: the caller bounds it). Return the
+    /// stream and how many replies of a handshake sent without waiting are still to come.
+    pub async fn open(config: &PlainConfig) -> Result<(Self, usize)> {
         let addr = &config.addr;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
@@ -32,12 +33,17 @@ impl Stream {
             Target::Unix(path) => Stream::Unix(UnixStream::connect(path).await.map_err(failed)?),
         };
         let handshake = &config.handshake;
-        if !handshake.is_empty() {
-            stream.write_all(handshake.packed()).await.map_err(failed)?;
-            let replies = stream.read_replies(handshake.replies().count(), addr).await?;
-            handshake.check(Value::Array(replies), addr)?;
+        if handshake.is_empty() {
+            return Ok((stream, 0));
         }
-        Ok(stream)
+        stream.write_all(handshake.packed()).await.map_err(failed)?;
+        config.stats.sent(handshake.packed().len());
+        if !handshake.needs_answer() {
+            return Ok((stream, handshake.replies().count()));
+        }
+        let replies = stream.read_replies(handshake.replies().count(), config).await?;
+        handshake.check(Value::Array(replies), addr)?;
+        Ok((stream, 0))
     }
 
     pub async fn ready(&self, interest: Interest) -> std::io::Result<()> {
@@ -82,7 +88,8 @@ impl Stream {
     }
 
     /// Read `count` replies (nothing else is in flight: the handshake's).
-    async fn read_replies(&self, count: usize, addr: &str) -> Result<Vec<Value>> {
+    async fn read_replies(&self, count: usize, config: &PlainConfig) -> Result<Vec<Value>> {
+        let addr = &*config.addr;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
@@ -96,7 +103,10 @@ impl Stream {
             self.ready(Interest::READABLE).await.map_err(failed)?;
             match self.try_read(buf.room()) {
                 Ok(0) => return Err(failed(std::io::ErrorKind::UnexpectedEof.into())),
-                Ok(n) => buf.advance(n),
+                Ok(n) => {
+                    config.stats.received(n);
+                    buf.advance(n);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(failed(e)),
             }

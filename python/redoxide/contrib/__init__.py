@@ -1,0 +1,1 @@
+"""Integrations with other packages, each an optional extra (see each module)."""
