@@ -72,6 +72,15 @@ pub struct Client {
     pub(crate) transport: Transport,
     /// Sync calls share the multiplexed connection instead of one connection per thread.
     shared_sync: bool,
+    /// How a near cache's tracking connection reaches the same server.
+    tracking: crate::near::Source,
+}
+
+impl Client {
+    /// Where a near cache's tracking connection for this server connects, and how.
+    pub(crate) fn tracking_source(&self) -> crate::near::Source {
+        self.tracking.clone()
+    }
 }
 
 fn secs(name: &str, value: f64) -> PyResult<Duration> {
@@ -211,12 +220,20 @@ impl Client {
                 connect: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
                 response: secs("SOCKET_TIMEOUT", response_timeout)?,
             };
+            let tracking = crate::near::Source {
+                info: info.clone(),
+                tls: tls.clone(),
+                connect_timeout: timeouts.connect,
+                response_timeout: timeouts.response,
+                addr: Arc::clone(&addr),
+            };
             let transport = Transport::open(info, tls, readonly, timeouts, &addr)?;
             Ok(Client {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 addr,
                 transport,
                 shared_sync,
+                tracking,
             })
         })
     }

@@ -1,0 +1,312 @@
+//! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats) and
+//! `Ready`, the awaitable of a value already at hand.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+
+use crate::errors::guard;
+use crate::near::store::{Flush, Limits, Store, Token};
+use crate::near::tracking::{Near, Source};
+use crate::py::client::Client;
+
+/// Add the classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NearCache>()?;
+    m.add_class::<Ready>()
+}
+
+/// Commands that never change a key: sending them drops nothing locally. Anything else is
+/// treated as a write to every tracked key among its arguments.
+const READS: &[&str] = &[
+    "GET", "MGET", "EXISTS", "PTTL", "TTL", "PEXPIRETIME", "EXPIRETIME", "TYPE", "STRLEN",
+    "GETRANGE", "SCAN", "KEYS", "DBSIZE", "PING", "ECHO", "TIME", "INFO", "HGET", "HMGET",
+    "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HSCAN", "SMEMBERS", "SISMEMBER",
+    "SMISMEMBER", "SCARD", "SSCAN", "SRANDMEMBER", "SINTER", "SUNION", "SDIFF", "ZRANGE",
+    "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZSCORE", "ZMSCORE", "ZCARD",
+    "ZCOUNT", "ZRANK", "ZREVRANK", "ZSCAN", "LRANGE", "LLEN", "LINDEX", "OBJECT", "MEMORY",
+    "EVAL_RO", "EVALSHA_RO", "FCALL_RO", "READONLY", "WAIT",
+];
+/// Commands that empty the database: drop everything.
+const FLUSHES: &[&str] = &["FLUSHDB", "FLUSHALL", "SWAPDB"];
+
+/// A near cache: the store of one cache configuration and its tracking connections.
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct NearCache {
+    near: Arc<Near>,
+}
+
+/// An awaitable that returns a value at once (a near-cache hit under `await`).
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct Ready {
+    value: Py<PyAny>,
+}
+
+#[pymethods]
+impl Ready {
+    #[new]
+    fn new(value: Py<PyAny>) -> Self {
+        Ready { value }
+    }
+
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
+        Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
+    }
+}
+
+fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
+    if let Ok(s) = key.cast::<PyString>() {
+        return s.to_str().ok().map(str::as_bytes);
+    }
+    key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
+}
+
+impl NearCache {
+    /// A hit's bytes, a miss's fill token, or None (not kept here, or the near cache is off;
+    /// False once, when it has just been turned off, for the caller to warn).
+    fn find(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let near = &self.near;
+        let Some(bytes) = key_bytes(key) else { return Ok(None) };
+        if !near.tracks(bytes) {
+            return Ok(None);
+        }
+        if let Err(reason) = near.usable() {
+            return Ok(reason.map(|_| PyBool::new(py, false).to_owned().into_any().unbind()));
+        }
+        near.start()?;
+        let serve = near.gate();
+        let mut found = None;
+        let token = near.store.lookup(bytes, serve, |v| found = Some(PyBytes::new(py, v)));
+        Ok(Some(match (found, token) {
+            (Some(value), _) => value.into_any().unbind(),
+            (None, Some(Token(t))) => t.into_pyobject(py)?.into_any().unbind(),
+            (None, None) => py.None(),
+        }))
+    }
+
+    /// Drop the tracked keys among a command's arguments; whether there were any.
+    fn forget_command(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
+        self.forget_args(&items)
+    }
+
+    fn forget_args(&self, args: &[Bound<'_, PyAny>]) -> PyResult<bool> {
+        let Some(name) = args.first().and_then(key_bytes) else { return Ok(false) };
+        let upper = String::from_utf8_lossy(name).to_ascii_uppercase();
+        if READS.contains(&upper.as_str()) {
+            return Ok(false);
+        }
+        if FLUSHES.contains(&upper.as_str()) {
+            self.near.store.flush(Flush::Own);
+            return Ok(true);
+        }
+        let mut any = false;
+        for arg in &args[1..] {
+            if let Some(bytes) = key_bytes(arg) {
+                if self.near.tracks(bytes) {
+                    self.near.store.invalidate(bytes);
+                    any = true;
+                }
+            }
+        }
+        Ok(any)
+    }
+}
+
+#[pymethods]
+impl NearCache {
+    /// Keep values of server keys starting with one of `prefixes`, at most `max_bytes` in
+    /// all, none over `max_value_bytes`, each at most `max_ttl` seconds; serve hits only while
+    /// the tracking connections answered within `max_stale` seconds.
+    #[new]
+    #[pyo3(signature = (prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale))]
+    fn new(
+        prefixes: Vec<Vec<u8>>,
+        max_bytes: usize,
+        max_value_bytes: usize,
+        max_ttl: f64,
+        max_stale: f64,
+    ) -> PyResult<Self> {
+        if !(max_ttl.is_finite() && max_ttl > 0.0 && max_stale.is_finite() && max_stale > 0.0) {
+            return Err(PyValueError::new_err("max_ttl and max_stale must be positive seconds"));
+        }
+        let limits = Limits {
+            max_bytes,
+            max_value_bytes,
+            max_ttl_ns: u64::try_from(Duration::from_secs_f64(max_ttl).as_nanos())
+                .unwrap_or(u64::MAX),
+        };
+        let prefixes = prefixes.into_iter().map(Vec::into_boxed_slice).collect();
+        let near = Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale));
+        Ok(NearCache { near: Arc::new(near) })
+    }
+
+    /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
+    /// flushes. Connections are made on the first lookup.
+    fn track(&self, clients: Vec<Bound<'_, Client>>) -> PyResult<()> {
+        guard(|| {
+            let sources: Vec<Source> = clients.iter().map(|c| c.get().tracking_source()).collect();
+            Ok(self.near.track(sources)?)
+        })
+    }
+
+    /// bytes (a hit), an int (a miss: the fill token to install with), None (not kept here).
+    fn lookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        guard(|| Ok(self.find(py, key)?.unwrap_or_else(|| py.None())))
+    }
+
+    /// Like `lookup`, but a hit comes back awaitable (`Ready`).
+    fn alookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let Some(found) = self.find(py, key)? else { return Ok(py.None()) };
+            if found.bind(py).is_instance_of::<PyBytes>() {
+                return Ok(Py::new(py, Ready { value: found })?.into_any());
+            }
+            Ok(found)
+        })
+    }
+
+    /// `lookup` for each key, or None when no key is kept here (one call for get_many).
+    fn lookup_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let out = PyList::empty(py);
+            let mut any = false;
+            for key in keys.try_iter()? {
+                let found = self.find(py, &key?)?;
+                any |= found.is_some();
+                out.append(found.unwrap_or_else(|| py.None()))?;
+            }
+            Ok(if any { out.into_any().unbind() } else { py.None() })
+        })
+    }
+
+    /// Whether a servable value of `key` is kept here (has_key's hit; registers no fill).
+    fn has(&self, key: &Bound<'_, PyAny>) -> bool {
+        let near = &self.near;
+        key_bytes(key).is_some_and(|k| {
+            near.tracks(k) && near.enabled() && near.gate() && near.store.contains(k)
+        })
+    }
+
+    /// Why a server refused client tracking (empty if none did).
+    fn refusal(&self) -> String {
+        self.near.refusal()
+    }
+
+    /// Install a fill's reply (value None: the key is absent) unless an invalidation or a
+    /// flush killed its token; `pttl` is the key's PTTL from the same round trip.
+    fn install(
+        &self,
+        key: &Bound<'_, PyAny>,
+        token: u64,
+        value: Option<&[u8]>,
+        pttl: i64,
+    ) -> bool {
+        let Some(key) = key_bytes(key) else { return false };
+        match value {
+            Some(value) => self.near.store.install(key, Token(token), value, pttl),
+            None => {
+                self.near.store.cancel(key, Token(token));
+                false
+            }
+        }
+    }
+
+    /// Forget a fill whose request failed.
+    fn cancel(&self, key: &Bound<'_, PyAny>, token: u64) {
+        if let Some(key) = key_bytes(key) {
+            self.near.store.cancel(key, Token(token));
+        }
+    }
+
+    /// Before (and after) this process writes: drop the tracked keys a command names, or
+    /// everything for FLUSHDB / FLUSHALL / SWAPDB. Return whether anything tracked was named.
+    fn forget(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| self.forget_command(command))
+    }
+
+    /// `forget` for each command of a pipeline.
+    fn forget_all(&self, commands: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| {
+            let mut any = false;
+            for command in commands.try_iter()? {
+                any |= self.forget_command(&command?)?;
+            }
+            Ok(any)
+        })
+    }
+
+    /// Drop these keys (a set or set_many of them); whether any is kept here.
+    fn forget_keys(&self, keys: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| {
+            let mut any = false;
+            for key in keys.try_iter()? {
+                let key = key?;
+                if let Some(bytes) = key_bytes(&key) {
+                    if self.near.tracks(bytes) {
+                        self.near.store.invalidate(bytes);
+                        any = true;
+                    }
+                }
+            }
+            Ok(any)
+        })
+    }
+
+    /// Drop everything; `reason` is a flush reason of `stats()` ("own", "topology", "fork").
+    fn flush(&self, reason: &str) -> PyResult<()> {
+        let why = Flush::ALL
+            .iter()
+            .find(|(_, name)| *name == reason)
+            .map(|(why, _)| *why)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown flush reason {reason:?}")))?;
+        self.near.store.flush(why);
+        Ok(())
+    }
+
+    /// Counters and sizes, as a plain dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.near.store.stats;
+        let out = PyDict::new(py);
+        let counters = [
+            ("hits", &s.hits),
+            ("misses", &s.misses),
+            ("installs", &s.installs),
+            ("fills_dropped", &s.fills_dropped),
+            ("too_large", &s.too_large),
+            ("invalidations", &s.invalidations),
+            ("evictions", &s.evictions),
+            ("expired", &s.expired),
+            ("gate_trips", &s.gate_trips),
+            ("gate_refusals", &s.gate_refusals),
+        ];
+        for (name, counter) in counters {
+            out.set_item(name, counter.load(Ordering::Relaxed))?;
+        }
+        let flushes = PyDict::new(py);
+        for (i, (_, name)) in Flush::ALL.iter().enumerate() {
+            flushes.set_item(*name, s.flushes[i].load(Ordering::Relaxed))?;
+        }
+        out.set_item("flushes", flushes)?;
+        let (bytes, entries, pending, epoch) = self.near.store.size();
+        out.set_item("bytes", bytes)?;
+        out.set_item("entries", entries)?;
+        out.set_item("fills_in_flight", pending)?;
+        out.set_item("epoch", epoch)?;
+        out.set_item("serving", self.near.serving())?;
+        out.set_item("enabled", self.near.enabled())?;
+        Ok(out)
+    }
+}
