@@ -39,17 +39,20 @@ pub enum Flush {
     Topology,
     /// A forked child starts empty.
     Fork,
+    /// The database under the tracking connection changed without a message (SWAPDB).
+    Swapped,
 }
 
 impl Flush {
     /// Every reason, in `Stats::flushes` order, with its name for `near_cache_stats()`.
-    pub const ALL: [(Flush, &'static str); 6] = [
+    pub const ALL: [(Flush, &'static str); 7] = [
         (Flush::Server, "server"),
         (Flush::Connect, "connect"),
         (Flush::Disconnect, "disconnect"),
         (Flush::Own, "own"),
         (Flush::Topology, "topology"),
         (Flush::Fork, "fork"),
+        (Flush::Swapped, "swapped"),
     ];
 
     fn index(self) -> usize {
@@ -75,7 +78,7 @@ pub struct Stats {
     pub gate_trips: AtomicU64,
     /// Lookups of a present entry refused because the gate was shut.
     pub gate_refusals: AtomicU64,
-    pub flushes: [AtomicU64; 6],
+    pub flushes: [AtomicU64; 7],
 }
 
 /// Limits from OPTIONS["NEAR_CACHE"].

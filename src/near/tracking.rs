@@ -298,6 +298,7 @@ async fn session(
             Ok::<(), redis::aio::SendError>(())
         });
     let deadline = source.connect_timeout + source.response_timeout;
+    let marker = marker_key();
     let setup = async {
         let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
         let mut cmd = redis::cmd("CLIENT");
@@ -306,6 +307,7 @@ async fn session(
             cmd.arg("PREFIX").arg(&prefix[..]);
         }
         cmd.query_async::<Value>(&mut conn).await?;
+        mark(&mut conn, &marker).await?;
         Ok::<_, redis::RedisError>(conn)
     };
     let mut conn = match tokio::time::timeout(deadline, setup).await {
@@ -326,13 +328,55 @@ async fn session(
     // A PING not answered within the response timeout (or the gate's own bound, if longer)
     // means the connection is stuck: drop it, as the gate already has.
     let patience = source.response_timeout.max(Duration::from_nanos(near.max_stale_ns));
+    let mut marked_at = now_ns();
     loop {
         let sent = now_ns();
-        let ping = redis::cmd("PING");
-        match tokio::time::timeout(patience, ping.query_async::<Value>(&mut conn)).await {
-            Ok(Ok(_)) => near.answered(set_id, idx, sent),
+        let mut probe = redis::pipe();
+        probe.cmd("PING").cmd("GET").arg(&marker);
+        let reply = tokio::time::timeout(patience, probe.query_async::<(Value, Value)>(&mut conn));
+        let seen = match reply.await {
+            Ok(Ok((_, seen))) => seen,
             _ => return Ok(()),
+        };
+        if matches!(&seen, Value::BulkString(b) if b.as_slice() == marker.as_bytes()) {
+            near.answered(set_id, idx, sent);
+            if sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
+                marked_at = sent;
+                if mark(&mut conn, &marker).await.is_err() {
+                    return Ok(());
+                }
+            }
+        } else {
+            // Our marker left the database without a flush message: another client ran
+            // SWAPDB (which servers do not signal to tracking clients), or deleted it.
+            near.store.flush(Flush::Swapped);
+            marked_at = now_ns();
+            if mark(&mut conn, &marker).await.is_err() {
+                return Ok(());
+            }
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// How long the database marker lives without a refresh, and how often it is refreshed.
+const MARK_TTL_MS: u64 = 600_000;
+const MARK_REFRESH_NS: u64 = 60_000_000_000;
+
+/// This connection's database marker: a key of its own whose value is its name.
+fn marker_key() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ns());
+    format!("redoxide:near:{:016x}", h.finish())
+}
+
+/// (Re)write the marker, whose disappearance reveals a SWAPDB.
+async fn mark(
+    conn: &mut redis::aio::MultiplexedConnection,
+    marker: &str,
+) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(marker).arg(marker).arg("PX").arg(MARK_TTL_MS);
+    cmd.query_async::<Value>(conn).await.map(drop)
 }
