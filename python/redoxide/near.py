@@ -21,6 +21,7 @@ older than an invalidation the primary has already sent.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -133,7 +134,18 @@ class NearClient:
                 return self._inner.get(key)
             if type(found) is bytes:
                 return found
-            return plans.run(self._fill(key, found))
+            if not self._fills(key, found):
+                return self._inner.get(key)
+            # The sync fill, written out (the miss path's cost matters): the plan's steps.
+            try:
+                data, pttl = self._inner.pipeline((("GET", key), ("PTTL", key)))
+                if self._fill_delay:
+                    time.sleep(self._fill_delay)
+            except BaseException:
+                self._store.cancel(key, found)
+                raise
+            self._store.install(key, found, data, pttl)
+            return data
         found = self._store.alookup(key)
         if found is None:
             return self._inner.get(key, bridge)
@@ -141,13 +153,19 @@ class NearClient:
             return plans.arun(self._fill(key, found), bridge)
         return found
 
+    def _fills(self, key: str, token: Any) -> bool:
+        """Whether a miss can be filled (False: read the server as without a near cache)."""
+        if token is False:
+            self._refused()
+            return False
+        if not self._follow():
+            self._store.cancel(key, token)
+            return False
+        return True
+
     def _fill(self, key: str, token: Any) -> Plan[Any]:
         """A miss: read value and PTTL in one round trip, install if the token survived."""
-        if token is False or not self._follow():
-            if token is False:
-                self._refused()
-            else:
-                self._store.cancel(key, token)
+        if not self._fills(key, token):
             return (yield self._inner.get, (key,))
         try:
             data, pttl = yield self._inner.pipeline, ((("GET", key), ("PTTL", key)),)
