@@ -21,7 +21,6 @@ older than an invalidation the primary has already sent.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -72,9 +71,11 @@ class NearClient:
         self._prefixes = prefixes
         self._logger = logger
         self._nodes: tuple[Any, ...] | None = None
-        #: Seconds to wait between a fill's reply and its install (tests widen the race).
-        self._fill_delay = 0.0
+        # A cluster has no SWAPDB (and a marker key would belong to some other node's slots).
+        self._check_db = getattr(inner, "slots", None) is None
+        self._delay = 0.0
         self._store = self._new_store()
+        self._direct = isinstance(inner, _redoxide.Client)
         self._follow()
         track(self)
 
@@ -92,9 +93,10 @@ class NearClient:
         # The child starts empty, with tracking connections of its own made on first use.
         _left_behind.append(self._store)
         self._store = self._new_store()
+        self._store.fill_delay = self._delay
         self._store.flush("fork")
         if self._nodes is not None:
-            self._store.track(list(self._nodes))
+            self._store.track(list(self._nodes), self._check_db)
 
     def __getattr__(self, name: str) -> Any:
         # What else the cache asks of its client (scan_nodes on a cluster...) is the inner one's.
@@ -116,7 +118,7 @@ class NearClient:
         if self._nodes is None or len(nodes) != len(self._nodes) or any(
             a is not b for a, b in zip(nodes, self._nodes, strict=True)
         ):
-            self._store.track(list(nodes))
+            self._store.track(list(nodes), self._check_db)
             self._nodes = nodes
         return True
 
@@ -127,31 +129,53 @@ class NearClient:
 
     # -- reads ---------------------------------------------------------------------------
 
+    @property
+    def _fill_delay(self) -> float:
+        """Seconds between a fill's reply and its install (tests widen the race with it)."""
+        return self._delay
+
+    @_fill_delay.setter
+    def _fill_delay(self, seconds: float) -> None:
+        self._delay = seconds
+        self._store.fill_delay = seconds
+
     def get(self, key: str, bridge: Any = None) -> Any:
         if bridge is None:
+            if self._direct:
+                # One server: lookup, fill and install in one call into the core.
+                found = self._store.get(self._inner, key)
+                if found is False:
+                    self._refused()
+                    return self._inner.get(key)
+                return found
             found = self._store.lookup(key)
             if found is None:
                 return self._inner.get(key)
             if type(found) is bytes:
                 return found
-            if not self._fills(key, found):
-                return self._inner.get(key)
-            # The sync fill, written out (the miss path's cost matters): the plan's steps.
-            try:
-                data, pttl = self._inner.pipeline((("GET", key), ("PTTL", key)))
-                if self._fill_delay:
-                    time.sleep(self._fill_delay)
-            except BaseException:
-                self._store.cancel(key, found)
-                raise
-            self._store.install(key, found, data, pttl)
-            return data
+            return plans.run(self._fill(key, found))
         found = self._store.alookup(key)
         if found is None:
             return self._inner.get(key, bridge)
-        if type(found) is int or found is False:
+        if type(found) is int:
+            return self._afill(key, found, bridge)
+        if found is False:
             return plans.arun(self._fill(key, found), bridge)
         return found
+
+    async def _afill(self, key: str, token: int, bridge: Any) -> Any:
+        # _fill's steps written out as a coroutine: an async miss costs no plan driver.
+        if not self._fills(key, token):
+            return await self._inner.get(key, bridge)
+        try:
+            data, pttl = await self._inner.pipeline((("GET", key), ("PTTL", key)), bridge)
+            if self._delay:
+                await plans.pause(self._delay, bridge)
+        except BaseException:
+            self._store.cancel(key, token)
+            raise
+        self._store.install(key, token, data, pttl)
+        return data
 
     def _fills(self, key: str, token: Any) -> bool:
         """Whether a miss can be filled (False: read the server as without a near cache)."""
@@ -169,8 +193,8 @@ class NearClient:
             return (yield self._inner.get, (key,))
         try:
             data, pttl = yield self._inner.pipeline, ((("GET", key), ("PTTL", key)),)
-            if self._fill_delay:
-                yield plans.pause, (self._fill_delay,)
+            if self._delay:
+                yield plans.pause, (self._delay,)
         except BaseException:
             self._store.cancel(key, token)
             raise
@@ -210,8 +234,8 @@ class NearClient:
             return found
         try:
             replies = yield self._inner.pipeline, (commands,)
-            if self._fill_delay and fills:
-                yield plans.pause, (self._fill_delay,)
+            if self._delay and fills:
+                yield plans.pause, (self._delay,)
         except BaseException:
             for _, key, token, _ in fills:
                 self._store.cancel(key, token)

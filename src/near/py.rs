@@ -1,7 +1,7 @@
 //! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats) and
 //! `Ready`, the awaitable of a value already at hand.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +9,11 @@ use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
+use redis::{Pipeline, Value};
+
 use crate::errors::guard;
+use crate::proto::reply;
+use crate::proto::Request;
 use crate::near::store::{Flush, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
 use crate::py::client::Client;
@@ -38,6 +42,7 @@ const FLUSHES: &[&str] = &["FLUSHDB", "FLUSHALL", "SWAPDB"];
 #[pyclass(module = "redoxide._redoxide", frozen)]
 pub struct NearCache {
     near: Arc<Near>,
+    fill_delay_ns: AtomicU64,
 }
 
 /// An awaitable that returns a value at once (a near-cache hit under `await`).
@@ -73,27 +78,86 @@ fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
+/// What a lookup found.
+enum Found<'py> {
+    /// Not a kept key, or the near cache is off.
+    NotKept,
+    /// The near cache has just been turned off: the caller warns, once.
+    Refused,
+    Hit(Bound<'py, PyBytes>),
+    /// A fill was registered under this token.
+    Miss(Token),
+}
+
 impl NearCache {
-    /// A hit's bytes, a miss's fill token, or None (not kept here, or the near cache is off;
-    /// False once, when it has just been turned off, for the caller to warn).
-    fn find(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+    fn find<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Found<'py>> {
         let near = &self.near;
-        let Some(bytes) = key_bytes(key) else { return Ok(None) };
-        if !near.tracks(bytes) {
-            return Ok(None);
+        if !near.tracks(key) {
+            return Ok(Found::NotKept);
         }
         if let Err(reason) = near.usable() {
-            return Ok(reason.map(|_| PyBool::new(py, false).to_owned().into_any().unbind()));
+            return Ok(if reason.is_some() { Found::Refused } else { Found::NotKept });
         }
         near.start()?;
         let serve = near.gate();
-        let mut found = None;
-        let token = near.store.lookup(bytes, serve, |v| found = Some(PyBytes::new(py, v)));
-        Ok(Some(match (found, token) {
-            (Some(value), _) => value.into_any().unbind(),
-            (None, Some(Token(t))) => t.into_pyobject(py)?.into_any().unbind(),
-            (None, None) => py.None(),
-        }))
+        let mut hit = None;
+        let token = near.store.lookup(key, serve, |v| hit = Some(PyBytes::new(py, v)));
+        Ok(match (hit, token) {
+            (Some(value), _) => Found::Hit(value),
+            (None, Some(token)) => Found::Miss(token),
+            (None, None) => Found::NotKept,
+        })
+    }
+
+    /// A hit's bytes, a miss's fill token, or None (not kept here, or the near cache is off;
+    /// False once, when it has just been turned off, for the caller to warn).
+    fn lookup_py(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let Some(bytes) = key_bytes(key) else { return Ok(None) };
+        Ok(match self.find(py, bytes)? {
+            Found::NotKept => None,
+            Found::Refused => Some(PyBool::new(py, false).to_owned().into_any().unbind()),
+            Found::Hit(value) => Some(value.into_any().unbind()),
+            Found::Miss(Token(t)) => Some(t.into_pyobject(py)?.into_any().unbind()),
+        })
+    }
+
+    /// A sync fill on one server: GET and PTTL in one round trip (GIL released), installed
+    /// if the token survived; the value.
+    fn fill_sync(
+        &self,
+        py: Python<'_>,
+        client: &Client,
+        key: &[u8],
+        token: Token,
+    ) -> PyResult<Py<PyAny>> {
+        let mut pipe = Pipeline::with_capacity(2);
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        let reply = client.call_sync(py, &Request::Pipe(pipe));
+        let delay = self.fill_delay_ns.load(Ordering::Relaxed);
+        if delay > 0 {
+            py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
+        }
+        let (data, pttl) = match reply {
+            Ok(Value::Array(mut items)) if items.len() == 2 => {
+                let pttl = items.pop();
+                (items.pop(), pttl)
+            }
+            Ok(other) => (Some(other), None),
+            Err(err) => {
+                self.near.store.cancel(key, token);
+                return Err(err.into());
+            }
+        };
+        match (data, pttl) {
+            (Some(Value::BulkString(value)), Some(Value::Int(pttl))) => {
+                self.near.store.install(key, token, &value, pttl);
+                Ok(PyBytes::new(py, &value).into_any().unbind())
+            }
+            (data, _) => {
+                self.near.store.cancel(key, token);
+                reply::to_py(py, data.unwrap_or(Value::Nil))
+            }
+        }
     }
 
     /// Drop the tracked keys among a command's arguments; whether there were any.
@@ -150,27 +214,58 @@ impl NearCache {
         };
         let prefixes = prefixes.into_iter().map(Vec::into_boxed_slice).collect();
         let near = Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale));
-        Ok(NearCache { near: Arc::new(near) })
+        Ok(NearCache { near: Arc::new(near), fill_delay_ns: AtomicU64::new(0) })
     }
 
     /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
-    /// flushes. Connections are made on the first lookup.
-    fn track(&self, clients: Vec<Bound<'_, Client>>) -> PyResult<()> {
+    /// flushes. Connections are made on the first lookup. `check_db` watches for SWAPDB
+    /// (not on a cluster).
+    #[pyo3(signature = (clients, check_db=true))]
+    fn track(&self, clients: Vec<Bound<'_, Client>>, check_db: bool) -> PyResult<()> {
         guard(|| {
-            let sources: Vec<Source> = clients.iter().map(|c| c.get().tracking_source()).collect();
+            let sources: Vec<Source> = clients
+                .iter()
+                .map(|c| Source { check_db, ..c.get().tracking_source() })
+                .collect();
             Ok(self.near.track(sources)?)
         })
     }
 
     /// bytes (a hit), an int (a miss: the fill token to install with), None (not kept here).
     fn lookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        guard(|| Ok(self.find(py, key)?.unwrap_or_else(|| py.None())))
+        guard(|| Ok(self.lookup_py(py, key)?.unwrap_or_else(|| py.None())))
+    }
+
+    /// get on one server, all in one call: a hit, or the server's value (filled in on the
+    /// way when the key is kept here); False once when the near cache has just been turned
+    /// off (the caller warns and reads the server itself).
+    fn get(&self, py: Python<'_>, client: &Bound<'_, Client>, key: &str) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let client = client.get();
+            match self.find(py, key.as_bytes())? {
+                Found::Hit(value) => Ok(value.into_any().unbind()),
+                Found::Miss(token) => self.fill_sync(py, client, key.as_bytes(), token),
+                Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
+                Found::NotKept => {
+                    let mut cmd = redis::cmd("GET");
+                    cmd.arg(key);
+                    reply::to_py(py, client.call_sync(py, &Request::Cmd(cmd))?)
+                }
+            }
+        })
+    }
+
+    /// Wait this long between a fill's reply and its install (tests widen the race with it).
+    #[setter]
+    fn set_fill_delay(&self, seconds: f64) {
+        let ns = Duration::from_secs_f64(seconds.max(0.0)).as_nanos();
+        self.fill_delay_ns.store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Like `lookup`, but a hit comes back awaitable (`Ready`).
     fn alookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let Some(found) = self.find(py, key)? else { return Ok(py.None()) };
+            let Some(found) = self.lookup_py(py, key)? else { return Ok(py.None()) };
             if found.bind(py).is_instance_of::<PyBytes>() {
                 return Ok(Py::new(py, Ready { value: found })?.into_any());
             }
@@ -184,7 +279,7 @@ impl NearCache {
             let out = PyList::empty(py);
             let mut any = false;
             for key in keys.try_iter()? {
-                let found = self.find(py, &key?)?;
+                let found = self.lookup_py(py, &key?)?;
                 any |= found.is_some();
                 out.append(found.unwrap_or_else(|| py.None()))?;
             }

@@ -31,6 +31,9 @@ pub struct Source {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub addr: Arc<str>,
+    /// Watch for SWAPDB with a marker key (not on a cluster: no SWAPDB, and the key could
+    /// belong to another node's slots).
+    pub check_db: bool,
 }
 
 impl Source {
@@ -307,14 +310,16 @@ async fn session(
             cmd.arg("PREFIX").arg(&prefix[..]);
         }
         cmd.query_async::<Value>(&mut conn).await?;
-        mark(&mut conn, &marker).await?;
+        if source.check_db {
+            mark(&mut conn, &marker).await?;
+        }
         Ok::<_, redis::RedisError>(conn)
     };
     let mut conn = match tokio::time::timeout(deadline, setup).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(err)) if refusal(&err) => {
             return Err(End::Refused(format!(
-                "{} refused client tracking ({}); the near cache is off",
+                "{} refused client tracking ({})",
                 source.addr,
                 err.code().unwrap_or("error")
             )))
@@ -332,7 +337,12 @@ async fn session(
     loop {
         let sent = now_ns();
         let mut probe = redis::pipe();
-        probe.cmd("PING").cmd("GET").arg(&marker);
+        probe.cmd("PING");
+        if source.check_db {
+            probe.cmd("GET").arg(&marker);
+        } else {
+            probe.cmd("ECHO").arg(&marker);
+        }
         let reply = tokio::time::timeout(patience, probe.query_async::<(Value, Value)>(&mut conn));
         let seen = match reply.await {
             Ok(Ok((_, seen))) => seen,

@@ -94,15 +94,20 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 }
 
 impl Client {
-    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
-        let reply = py.detach(|| {
+    /// One blocking round trip with the GIL released; the raw reply.
+    pub(crate) fn call_sync(&self, py: Python<'_>, req: &Request) -> Result<Reply, Error> {
+        py.detach(|| {
             if self.shared_sync {
-                if let Some(outcome) = self.transport.call_shared(&req) {
+                if let Some(outcome) = self.transport.call_shared(req) {
                     return outcome;
                 }
             }
-            exec_sync(self.id, &self.transport, &req)
-        })?;
+            exec_sync(self.id, &self.transport, req)
+        })
+    }
+
+    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
+        let reply = self.call_sync(py, &req)?;
         convert(py, reply)
     }
 
@@ -226,6 +231,7 @@ impl Client {
                 connect_timeout: timeouts.connect,
                 response_timeout: timeouts.response,
                 addr: Arc::clone(&addr),
+                check_db: true,
             };
             let transport = Transport::open(info, tls, readonly, timeouts, &addr)?;
             Ok(Client {

@@ -31,8 +31,12 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 10.0) -> Non
 
 def serving(cache: Any) -> None:
     """Wait until the near cache serves hits (tracking on, PING answered)."""
-    cache.get("cfg:")  # tracking connections are made on the first lookup of a kept key
-    wait_for("the near cache to serve", lambda: bool(cache.near_cache_stats()["serving"]))
+    # Tracking connections are made on the first lookup of a kept key (once a router knows
+    # its primaries).
+    wait_for(
+        "the near cache to serve",
+        lambda: cache.get("cfg:") is None and bool(cache.near_cache_stats()["serving"]),
+    )
 
 
 def warm(cache: Any, key: str, version: int | None = None) -> Any:
