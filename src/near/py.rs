@@ -255,6 +255,12 @@ impl NearCache {
         })
     }
 
+    /// Seconds between a fill's reply and its install (0 unless a test widens the race).
+    #[getter]
+    fn fill_delay(&self) -> f64 {
+        Duration::from_nanos(self.fill_delay_ns.load(Ordering::Relaxed)).as_secs_f64()
+    }
+
     /// Wait this long between a fill's reply and its install (tests widen the race with it).
     #[setter]
     fn set_fill_delay(&self, seconds: f64) {

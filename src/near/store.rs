@@ -106,8 +106,9 @@ struct Inner {
     head: usize,
     tail: usize,
     bytes: usize,
-    /// Fills in flight: key -> token. An invalidation of the key removes it; a flush clears all.
-    pending: HashMap<Box<[u8]>, u64>,
+    /// Fills in flight: key -> (token, when it was registered). An invalidation of the key
+    /// removes it; a flush clears all.
+    pending: HashMap<Box<[u8]>, (u64, u64)>,
     next_token: u64,
     /// Bumped by every flush: a token from an older epoch never installs.
     epoch: u64,
@@ -169,7 +170,7 @@ impl Store {
             }
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        Some(inner.register(key))
+        Some(inner.register(key, now))
     }
 
     /// Whether `key` has a present, unexpired value (a hit, counted as one; nothing is
@@ -188,10 +189,13 @@ impl Store {
     /// round trip (-1: no expiry). Return whether it was installed.
     pub fn install(&self, key: &[u8], token: Token, value: &[u8], pttl_ms: i64) -> bool {
         let mut inner = self.lock();
-        if inner.pending.get(key) != Some(&token.0) {
-            self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
+        let registered = match inner.pending.get(key) {
+            Some(&(t, at)) if t == token.0 => at,
+            _ => {
+                self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        };
         inner.pending.remove(key);
         let ttl_ns = match pttl_ms {
             -1 => self.limits.max_ttl_ns,
@@ -216,7 +220,9 @@ impl Store {
             inner.remove(tail);
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        inner.insert(key.into(), value.into(), now_ns().saturating_add(ttl_ns), size);
+        // The PTTL was read after the fill was registered: counting from then, the local copy
+        // never outlives the server's.
+        inner.insert(key.into(), value.into(), registered.saturating_add(ttl_ns), size);
         self.stats.installs.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -224,7 +230,7 @@ impl Store {
     /// Forget a fill that will not report back (its request failed).
     pub fn cancel(&self, key: &[u8], token: Token) {
         let mut inner = self.lock();
-        if inner.pending.get(key) == Some(&token.0) {
+        if inner.pending.get(key).is_some_and(|&(t, _)| t == token.0) {
             inner.pending.remove(key);
         }
     }
@@ -276,7 +282,7 @@ impl Store {
 }
 
 impl Inner {
-    fn register(&mut self, key: &[u8]) -> Token {
+    fn register(&mut self, key: &[u8], now: u64) -> Token {
         if self.pending.len() >= MAX_PENDING {
             // Abandoned fills (cancelled awaits): forgetting them all only costs a few installs.
             self.pending.clear();
@@ -285,7 +291,7 @@ impl Inner {
         // kill every older one; the epoch is kept for the stats.
         let token = self.next_token;
         self.next_token += 1;
-        self.pending.insert(key.into(), token);
+        self.pending.insert(key.into(), (token, now));
         Token(token)
     }
 

@@ -156,8 +156,11 @@ impl Near {
     }
 
     /// Start the tracking connections, once (the first lookup does).
+    #[inline]
     pub fn start(self: &Arc<Self>) -> Result<()> {
-        if self.started.swap(true, Ordering::AcqRel) {
+        // A plain load first: every lookup passes here, and a swap would bounce the cache line
+        // between the threads that read.
+        if self.started.load(Ordering::Acquire) || self.started.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let mut trackers = locked(&self.trackers);
