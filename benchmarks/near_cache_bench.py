@@ -45,7 +45,6 @@ def setup_django() -> None:
 
 def targets(url: str) -> dict[str, Any]:
     from django.core.cache.backends.locmem import LocMemCache
-
     from redoxide import RedisCache
 
     near = {"PREFIXES": ["hot:"], "MAX_STALE_MS": MAX_STALE_MS}
@@ -98,11 +97,11 @@ def latency(url: str, rounds: int, n: int) -> None:
         for _ in range(rounds):
             for name, cache in caches.items():
                 key = ("hit", size_name, name)
-                rows.setdefault(key + ("sync",), []).append(
+                rows.setdefault((*key, "sync"), []).append(
                     time_sync(lambda c=cache: c.get("hot:key"), n)
                 )
                 if name != "locmem":
-                    rows.setdefault(key + ("async",), []).append(
+                    rows.setdefault((*key, "async"), []).append(
                         time_async(lambda c=cache: c.aget("hot:key"), n)
                     )
     miss_n = max(200, n // 20)
@@ -132,12 +131,14 @@ def latency(url: str, rounds: int, n: int) -> None:
 
 def staleness(url: str, port: int, rounds: int) -> None:
     import redis
-
     from redoxide import RedisCache
 
     cache = RedisCache(
         url,
-        {"KEY_PREFIX": "s", "OPTIONS": {"NEAR_CACHE": {"PREFIXES": ["hot:"], "MAX_STALE_MS": MAX_STALE_MS}}},
+        {
+            "KEY_PREFIX": "s",
+            "OPTIONS": {"NEAR_CACHE": {"PREFIXES": ["hot:"], "MAX_STALE_MS": MAX_STALE_MS}},
+        },
     )
     writer = redis.Redis(port=port)
     wait_serving(cache)

@@ -35,7 +35,9 @@ __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 _left_behind: list[Any] = []
 
 
-def tracked_prefixes(settings: NearCacheConfig, key_prefix: str, version: int, default: bool) -> tuple[str, ...]:
+def tracked_prefixes(
+    settings: NearCacheConfig, key_prefix: str, version: int, default: bool
+) -> tuple[str, ...]:
     """The server key prefixes to keep: PREFIXES after KEY_PREFIX and VERSION (the default key
     function), or as given (a custom KEY_FUNCTION: they then match the server key itself)."""
     if not default:
@@ -115,8 +117,10 @@ class NearClient:
         nodes = _primaries(self._inner)
         if nodes is None:
             return False
-        if self._nodes is None or len(nodes) != len(self._nodes) or any(
-            a is not b for a, b in zip(nodes, self._nodes, strict=True)
+        if (
+            self._nodes is None
+            or len(nodes) != len(self._nodes)
+            or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
         ):
             self._store.track(list(nodes), self._check_db)
             self._nodes = nodes
@@ -296,7 +300,9 @@ class NearClient:
             self._store.forget_keys, (key,), "set", (key, value, ttl_ms, nx, xx), bridge
         )
 
-    def set_many(self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None) -> Any:
+    def set_many(
+        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
+    ) -> Any:
         keys = list(keys)
         return self._write(
             self._store.forget_keys, keys, "set_many", (keys, list(values), ttl_ms), bridge

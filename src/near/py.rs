@@ -12,10 +12,10 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 use redis::{Pipeline, Value};
 
 use crate::errors::guard;
-use crate::proto::reply;
-use crate::proto::Request;
 use crate::near::store::{Flush, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
+use crate::proto::reply;
+use crate::proto::Request;
 use crate::py::client::Client;
 
 /// Add the classes to the module.
@@ -26,6 +26,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// Commands that never change a key: sending them drops nothing locally. Anything else is
 /// treated as a write to every tracked key among its arguments.
+#[rustfmt::skip]
 const READS: &[&str] = &[
     "GET", "MGET", "EXISTS", "PTTL", "TTL", "PEXPIRETIME", "EXPIRETIME", "TYPE", "STRLEN",
     "GETRANGE", "SCAN", "KEYS", "DBSIZE", "PING", "ECHO", "TIME", "INFO", "HGET", "HMGET",
@@ -223,10 +224,8 @@ impl NearCache {
     #[pyo3(signature = (clients, check_db=true))]
     fn track(&self, clients: Vec<Bound<'_, Client>>, check_db: bool) -> PyResult<()> {
         guard(|| {
-            let sources: Vec<Source> = clients
-                .iter()
-                .map(|c| Source { check_db, ..c.get().tracking_source() })
-                .collect();
+            let sources: Vec<Source> =
+                clients.iter().map(|c| Source { check_db, ..c.get().tracking_source() }).collect();
             Ok(self.near.track(sources)?)
         })
     }
@@ -308,13 +307,7 @@ impl NearCache {
 
     /// Install a fill's reply (value None: the key is absent) unless an invalidation or a
     /// flush killed its token; `pttl` is the key's PTTL from the same round trip.
-    fn install(
-        &self,
-        key: &Bound<'_, PyAny>,
-        token: u64,
-        value: Option<&[u8]>,
-        pttl: i64,
-    ) -> bool {
+    fn install(&self, key: &Bound<'_, PyAny>, token: u64, value: Option<&[u8]>, pttl: i64) -> bool {
         let Some(key) = key_bytes(key) else { return false };
         match value {
             Some(value) => self.near.store.install(key, Token(token), value, pttl),

@@ -32,7 +32,13 @@ def test_defaults_and_given_limits() -> None:
              "MAX_TTL": 5, "MAX_STALE_MS": 100}  # fmt: skip
     near = parse_config(URL, {"near_cache": given}).near_cache
     assert near is not None
-    assert (near.prefixes, near.max_bytes, near.max_value_bytes, near.max_ttl, near.max_stale_ms) == (
+    assert (
+        near.prefixes,
+        near.max_bytes,
+        near.max_value_bytes,
+        near.max_ttl,
+        near.max_stale_ms,
+    ) == (
         ("a:", "b:"),
         2**20,
         1000,
@@ -53,7 +59,10 @@ def test_defaults_and_given_limits() -> None:
         ({"PREFIXES": ["a"], "MAX_BYTES": 10}, "NEAR_CACHE.MAX_BYTES"),
         ({"PREFIXES": ["a"], "MAX_BYTES": True}, "NEAR_CACHE.MAX_BYTES"),
         ({"PREFIXES": ["a"], "MAX_VALUE_BYTES": 0}, "NEAR_CACHE.MAX_VALUE_BYTES"),
-        ({"PREFIXES": ["a"], "MAX_BYTES": 8192, "MAX_VALUE_BYTES": 9000}, "NEAR_CACHE.MAX_VALUE_BYTES"),
+        (
+            {"PREFIXES": ["a"], "MAX_BYTES": 8192, "MAX_VALUE_BYTES": 9000},
+            "NEAR_CACHE.MAX_VALUE_BYTES",
+        ),
         ({"PREFIXES": ["a"], "MAX_TTL": 0}, "NEAR_CACHE.MAX_TTL"),
         ({"PREFIXES": ["a"], "MAX_TTL": float("inf")}, "NEAR_CACHE.MAX_TTL"),
         ({"PREFIXES": ["a"], "MAX_STALE_MS": 1}, "NEAR_CACHE.MAX_STALE_MS"),

@@ -18,7 +18,10 @@ from support.servers import RedisServer
 def make_near(redis_server: RedisServer) -> Iterator[Callable[..., Any]]:
     """Return a factory of caches with the near cache on, each with a KEY_PREFIX of its own
     (so each has its own store and counters); the server is flushed first."""
-    def factory(location: str | None = None, near: dict[str, Any] | None = None, **opts: Any) -> Any:
+
+    def factory(
+        location: str | None = None, near: dict[str, Any] | None = None, **opts: Any
+    ) -> Any:
         params: dict[str, Any] = {"KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
         for name in ("KEY_FUNCTION", "VERSION", "TIMEOUT"):
             if name in opts:

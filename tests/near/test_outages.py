@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 from support.dispatch import Ops
-from support.near import after_stale_bound, near_options, serving, tracking_client_ids, wait_for, warm
+from support.near import (
+    after_stale_bound,
+    near_options,
+    serving,
+    tracking_client_ids,
+    wait_for,
+    warm,
+)
 from support.servers import RedisServer
 
 
@@ -47,7 +54,9 @@ def test_killing_the_tracking_connection_flushes_and_recovers(
     redis.Redis(port=own_server.port).set(cache.make_and_validate_key("cfg:a"), b"2")
     after_stale_bound()
     assert ops.get("cfg:a") == 2
-    wait_for("a new tracking connection", lambda: tracking_client_ids(own_server) not in ([], [tracker]))
+    wait_for(
+        "a new tracking connection", lambda: tracking_client_ids(own_server) not in ([], [tracker])
+    )
     serving(cache)
     after = cache.near_cache_stats()["flushes"]
     assert after["connect"] > before["connect"]

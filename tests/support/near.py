@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from support.servers import RedisServer
 
 #: The bound every test relies on: no hit is served once the tracking connection has not
