@@ -17,7 +17,8 @@ pub fn now_ns() -> u64 {
     u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1)
 }
 
-/// What the store keeps per entry besides key and value (the map slot, the list links): used
+/// What the store keeps per entry besides its bytes (the key is held twice: in the map and in
+/// the entry), for the map slot and the list links: used
 /// in the byte bound so that many tiny values cannot outgrow it.
 const ENTRY_OVERHEAD: usize = 96;
 /// Fills that never reported back (a cancelled task) are forgotten past this many.
@@ -207,7 +208,7 @@ impl Store {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let size = key.len() + value.len() + ENTRY_OVERHEAD;
+        let size = 2 * key.len() + value.len() + ENTRY_OVERHEAD;
         if size > self.limits.max_bytes {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -333,7 +334,7 @@ impl Inner {
         let node = &mut self.nodes[idx];
         let key = std::mem::take(&mut node.key);
         let value = std::mem::take(&mut node.value);
-        self.bytes -= key.len() + value.len() + ENTRY_OVERHEAD;
+        self.bytes -= 2 * key.len() + value.len() + ENTRY_OVERHEAD;
         self.map.remove(&key);
         self.free.push(idx);
     }
@@ -400,7 +401,7 @@ mod tests {
 
     #[test]
     fn least_recently_used_goes_first() {
-        let per = 1 + 10 + ENTRY_OVERHEAD;
+        let per = 2 + 10 + ENTRY_OVERHEAD;
         let s = store(per * 2);
         for key in [b"a", b"b"] {
             let Err(t) = get(&s, key) else { panic!() };
