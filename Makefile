@@ -139,6 +139,7 @@ bench: install ## Run the benchmarks (backends, then compressors/serializers), i
 	$(PY) benchmarks/codec_bench.py --busy
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/cluster_bench.py --busy
+	$(PY) benchmarks/near_cache_bench.py
 	$(MAKE) bench-fullstack
 
 VENV312 := .venv-bench312

@@ -107,9 +107,9 @@ struct Inner {
     head: usize,
     tail: usize,
     bytes: usize,
-    /// Fills in flight: key -> (token, when it was registered). An invalidation of the key
-    /// removes it; a flush clears all.
-    pending: HashMap<Box<[u8]>, (u64, u64)>,
+    /// Fills in flight: key -> (token, when it was first registered, fills sharing it). An
+    /// invalidation of the key removes it; a flush clears all.
+    pending: HashMap<Box<[u8]>, (u64, u64, u32)>,
     next_token: u64,
     /// Bumped by every flush: a token from an older epoch never installs.
     epoch: u64,
@@ -191,13 +191,13 @@ impl Store {
     pub fn install(&self, key: &[u8], token: Token, value: &[u8], pttl_ms: i64) -> bool {
         let mut inner = self.lock();
         let registered = match inner.pending.get(key) {
-            Some(&(t, at)) if t == token.0 => at,
+            Some(&(t, at, _)) if t == token.0 => at,
             _ => {
                 self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
         };
-        inner.pending.remove(key);
+        inner.release(key);
         let ttl_ns = match pttl_ms {
             -1 => self.limits.max_ttl_ns,
             ms if ms > 0 => self.limits.max_ttl_ns.min(ms.unsigned_abs().saturating_mul(1_000_000)),
@@ -231,8 +231,8 @@ impl Store {
     /// Forget a fill that will not report back (its request failed).
     pub fn cancel(&self, key: &[u8], token: Token) {
         let mut inner = self.lock();
-        if inner.pending.get(key).is_some_and(|&(t, _)| t == token.0) {
-            inner.pending.remove(key);
+        if inner.pending.get(key).is_some_and(|&(t, _, _)| t == token.0) {
+            inner.release(key);
         }
     }
 
@@ -288,12 +288,29 @@ impl Inner {
             // Abandoned fills (cancelled awaits): forgetting them all only costs a few installs.
             self.pending.clear();
         }
+        // Concurrent fills of one key share its token: each is then killed by any invalidation
+        // since the first registered (stricter than since its own), and one installing does
+        // not make the others' replies look overtaken.
+        if let Some(entry) = self.pending.get_mut(key) {
+            entry.2 += 1;
+            return Token(entry.0);
+        }
         // Tokens are unique for the store's life, so clearing `pending` (a flush) is enough to
         // kill every older one; the epoch is kept for the stats.
         let token = self.next_token;
         self.next_token += 1;
-        self.pending.insert(key.into(), (token, now));
+        self.pending.insert(key.into(), (token, now, 1));
         Token(token)
+    }
+
+    /// One fill sharing the key's token is done: forget the token after the last.
+    fn release(&mut self, key: &[u8]) {
+        if let Some(entry) = self.pending.get_mut(key) {
+            entry.2 -= 1;
+            if entry.2 == 0 {
+                self.pending.remove(key);
+            }
+        }
     }
 
     fn unlink(&mut self, idx: usize) {
@@ -397,6 +414,28 @@ mod tests {
         s.flush(Flush::Server);
         assert!(!s.install(b"k", token, b"old", -1));
         assert_eq!(s.stats.fills_dropped.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn concurrent_fills_share_a_token_and_all_install() {
+        let s = store(10_000);
+        let Err(a) = get(&s, b"k") else { panic!() };
+        let Err(b) = get(&s, b"k") else { panic!() };
+        assert_eq!(a, b);
+        assert!(s.install(b"k", a, b"v", -1));
+        assert!(s.install(b"k", b, b"v", -1));
+        assert_eq!(s.size().2, 0); // no token left behind
+        assert_eq!(s.stats.fills_dropped.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_invalidation_kills_every_fill_sharing_the_token() {
+        let s = store(10_000);
+        let Err(a) = get(&s, b"k") else { panic!() };
+        let Err(b) = get(&s, b"k") else { panic!() };
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        assert!(!s.install(b"k", a, b"old", -1));
+        assert!(!s.install(b"k", b, b"old", -1));
     }
 
     #[test]

@@ -264,6 +264,9 @@ fn refusal(err: &redis::RedisError) -> bool {
     !away && !transient && err.code().is_some()
 }
 
+/// How many refused setups in a row turn the near cache off.
+const REFUSALS_BELIEVED: u32 = 3;
+
 /// One tracking connection's life: connect, subscribe, flush, ping; again after a loss.
 async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
     let client = match source.client() {
@@ -271,16 +274,26 @@ async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
         Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
     };
     let mut backoff = Duration::from_millis(50);
+    let mut refusals = 0;
     loop {
         let connected = match session(&near, &client, &source, idx, set_id).await {
             Ok(()) => true,
-            Err(End::Refused(reason)) => return near.refuse(reason),
+            // A refusal may be passing (a full server answers ERR too): believe it when the
+            // server says it again on the next tries.
+            Err(End::Refused(reason)) => {
+                refusals += 1;
+                if refusals >= REFUSALS_BELIEVED {
+                    return near.refuse(reason);
+                }
+                false
+            }
             Err(End::Lost) => false,
         };
         near.answered(set_id, idx, 0);
         if connected {
             near.store.flush(Flush::Disconnect);
             backoff = Duration::from_millis(50);
+            refusals = 0;
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));
