@@ -77,8 +77,13 @@ class NearClient:
         self._check_db = getattr(inner, "slots", None) is None
         self._delay = 0.0
         self._store = self._new_store()
+        #: One server: its nodes never change, and a sync get is one call into the core.
         self._direct = isinstance(inner, _redoxide.Client)
-        self._follow()
+        if self._direct:
+            self._nodes = (inner,)
+            self._store.track([inner], self._check_db)
+        else:
+            self._follow()
         track(self)
 
     def _new_store(self) -> Any:
@@ -113,7 +118,16 @@ class NearClient:
 
     def _follow(self) -> bool:
         """Track the servers that own the keys now (a failover or a new slot map changes
-        them, and flushes); whether they are known."""
+        them, and flushes); whether they are known.
+
+        Called before a fill and again before its install: a fill that made the router learn
+        new nodes (it followed a MOVED, the primary moved) may have read a node not tracked
+        yet, and the flush of the change kills its token. A slot moving between tracked
+        primaries needs no flush: in BCAST mode both the source (MIGRATE deletes the key) and
+        the target (every write) send their invalidations.
+        """
+        if self._direct:
+            return True
         nodes = _primaries(self._inner)
         if nodes is None:
             return False
@@ -158,6 +172,13 @@ class NearClient:
             if type(found) is bytes:
                 return found
             return plans.run(self._fill(key, found))
+        if self._direct:
+            # One server: lookup and fill in one call; the fill installs as it is converted.
+            found = self._store.aget(self._inner, key, bridge)
+            if found is False:
+                self._refused()
+                return self._inner.get(key, bridge)
+            return found
         found = self._store.alookup(key)
         if found is None:
             return self._inner.get(key, bridge)
@@ -178,6 +199,7 @@ class NearClient:
         except BaseException:
             self._store.cancel(key, token)
             raise
+        self._follow()
         self._store.install(key, token, data, pttl)
         return data
 
@@ -202,14 +224,17 @@ class NearClient:
         except BaseException:
             self._store.cancel(key, token)
             raise
+        self._follow()
         self._store.install(key, token, data, pttl)
         return data
 
     def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
         keys = keys if type(keys) is list else list(keys)
-        found = self._store.lookup_many(keys)
+        found, all_hits = self._store.lookup_many(keys)
         if found is None:
             return self._inner.mget(keys) if bridge is None else self._inner.mget(keys, bridge)
+        if all_hits:
+            return found if bridge is None else _redoxide.Ready(found)
         plan = self._fill_many(keys, found)
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 
@@ -244,6 +269,8 @@ class NearClient:
             for _, key, token, _ in fills:
                 self._store.cancel(key, token)
             raise
+        if fills:
+            self._follow()
         for i, key, token, at in fills:
             found[i] = data = replies[at]
             self._store.install(key, token, data, replies[at + 1])

@@ -11,6 +11,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
 use redis::{Pipeline, Value};
 
+use crate::bridge::Bridge;
 use crate::errors::guard;
 use crate::near::store::{Flush, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
@@ -79,6 +80,54 @@ fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
+/// Install a fill's reply (GET, PTTL) if its token survived; return the value (or raise the
+/// error the GET met). A failed round trip cancels the token.
+fn finish_fill(
+    py: Python<'_>,
+    near: &Near,
+    key: &[u8],
+    token: Token,
+    reply: Result<Value, crate::errors::Error>,
+) -> PyResult<Py<PyAny>> {
+    let (data, pttl) = match reply {
+        Ok(Value::Array(mut items)) if items.len() == 2 => {
+            let pttl = items.pop();
+            (items.pop(), pttl)
+        }
+        Ok(other) => (Some(other), None),
+        Err(err) => {
+            near.store.cancel(key, token);
+            return Err(err.into());
+        }
+    };
+    match (data, pttl) {
+        (Some(Value::BulkString(value)), Some(Value::Int(pttl))) => {
+            near.store.install(key, token, &value, pttl);
+            Ok(PyBytes::new(py, &value).into_any().unbind())
+        }
+        (data, _) => {
+            near.store.cancel(key, token);
+            reply::to_py(py, data.unwrap_or(Value::Nil))
+        }
+    }
+}
+
+/// An async fill's token, cancelled if its awaitable is dropped before the reply is used.
+struct FillGuard {
+    near: Arc<Near>,
+    key: Box<[u8]>,
+    token: Token,
+    done: bool,
+}
+
+impl Drop for FillGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.near.store.cancel(&self.key, self.token);
+        }
+    }
+}
+
 /// What a lookup found.
 enum Found<'py> {
     /// Not a kept key, or the near cache is off.
@@ -122,6 +171,22 @@ impl NearCache {
         })
     }
 
+    /// The conversion of an async fill's reply: install it (if the token survived) and
+    /// return the value. The guard cancels the token if the awaitable is dropped unawaited.
+    fn fill_finish(&self, key: &[u8], token: Token) -> crate::bridge::Finish {
+        let guard = FillGuard { near: Arc::clone(&self.near), key: key.into(), token, done: false };
+        let delay = self.fill_delay_ns.load(Ordering::Relaxed);
+        Box::new(move |py: Python<'_>, reply: Value| {
+            let mut guard = guard;
+            if delay > 0 {
+                // Tests only: blocks the loop's thread while another thread writes.
+                py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
+            }
+            guard.done = true;
+            finish_fill(py, &guard.near, &guard.key, guard.token, Ok(reply))
+        })
+    }
+
     /// A sync fill on one server: GET and PTTL in one round trip (GIL released), installed
     /// if the token survived; the value.
     fn fill_sync(
@@ -138,27 +203,7 @@ impl NearCache {
         if delay > 0 {
             py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
         }
-        let (data, pttl) = match reply {
-            Ok(Value::Array(mut items)) if items.len() == 2 => {
-                let pttl = items.pop();
-                (items.pop(), pttl)
-            }
-            Ok(other) => (Some(other), None),
-            Err(err) => {
-                self.near.store.cancel(key, token);
-                return Err(err.into());
-            }
-        };
-        match (data, pttl) {
-            (Some(Value::BulkString(value)), Some(Value::Int(pttl))) => {
-                self.near.store.install(key, token, &value, pttl);
-                Ok(PyBytes::new(py, &value).into_any().unbind())
-            }
-            (data, _) => {
-                self.near.store.cancel(key, token);
-                reply::to_py(py, data.unwrap_or(Value::Nil))
-            }
-        }
+        finish_fill(py, &self.near, key, token, reply)
     }
 
     /// Drop the tracked keys among a command's arguments; whether there were any.
@@ -254,6 +299,47 @@ impl NearCache {
         })
     }
 
+    /// `get` from an event loop on one server: a hit (awaitable at once), or the awaitable of
+    /// the server's reply (a fill, installed when it is converted); False once when the near
+    /// cache has just been turned off.
+    fn aget(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        key: &str,
+        bridge: Py<Bridge>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let client = client.get();
+            match self.find(py, key.as_bytes())? {
+                Found::Hit(value) => {
+                    Ok(Py::new(py, Ready { value: value.into_any().unbind() })?.into_any())
+                }
+                Found::Miss(token) => {
+                    let mut pipe = Pipeline::with_capacity(2);
+                    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+                    let finish = self.fill_finish(key.as_bytes(), token);
+                    let pending =
+                        match client.run_async(py, bridge, Request::Pipe(pipe), reply::to_py) {
+                            Ok(pending) => pending,
+                            Err(err) => {
+                                self.near.store.cancel(key.as_bytes(), token);
+                                return Err(err);
+                            }
+                        };
+                    Ok(Py::new(py, pending.with_finish(finish))?.into_any())
+                }
+                Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
+                Found::NotKept => {
+                    let mut cmd = redis::cmd("GET");
+                    cmd.arg(key);
+                    let pending = client.run_async(py, bridge, Request::Cmd(cmd), reply::to_py)?;
+                    Ok(Py::new(py, pending)?.into_any())
+                }
+            }
+        })
+    }
+
     /// Seconds between a fill's reply and its install (0 unless a test widens the race).
     #[getter]
     fn fill_delay(&self) -> f64 {
@@ -278,17 +364,23 @@ impl NearCache {
         })
     }
 
-    /// `lookup` for each key, or None when no key is kept here (one call for get_many).
-    fn lookup_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    /// `lookup` for each key (one call for get_many), and whether every key was a hit; the
+    /// list is None when no key is kept here.
+    fn lookup_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<(Option<Bound<'py, PyList>>, bool)> {
         guard(|| {
             let out = PyList::empty(py);
-            let mut any = false;
+            let (mut any, mut all_hits) = (false, true);
             for key in keys.try_iter()? {
                 let found = self.lookup_py(py, &key?)?;
                 any |= found.is_some();
+                all_hits &= found.as_ref().is_some_and(|f| f.bind(py).is_instance_of::<PyBytes>());
                 out.append(found.unwrap_or_else(|| py.None()))?;
             }
-            Ok(if any { out.into_any().unbind() } else { py.None() })
+            Ok((any.then_some(out), all_hits))
         })
     }
 

@@ -111,7 +111,8 @@ impl Client {
         convert(py, reply)
     }
 
-    fn run_async(
+    /// Send a request from an event loop; the awaitable that converts its reply.
+    pub(crate) fn run_async(
         &self,
         py: Python<'_>,
         bridge: Py<Bridge>,

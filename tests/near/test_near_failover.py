@@ -94,6 +94,27 @@ def test_cluster_failover_tracks_the_promoted_primary() -> None:
         _after_switch(near, plain, keys)
 
 
+@pytest.mark.slow
+def test_a_slot_moved_between_primaries_stays_coherent() -> None:
+    from redoxide._redoxide import key_slot
+
+    with Cluster() as own:
+        near, plain = _pair(own.urls, {"CLUSTER": True})
+        plain.set("cfg:moving", "old")
+        serving(near)
+        assert warm(near, "cfg:moving") == "old"
+        made = near.make_and_validate_key("cfg:moving")
+        own.migrate(key_slot(made), [made], finish=True)
+        # Written on the new owner, which this process tracks as well (BCAST on every primary).
+        wait_for("a write on the new owner", lambda: _write_all(plain, ["cfg:moving"]))
+        after_stale_bound()
+        assert _read(near, "cfg:moving") == "new"
+        assert warm(near, "cfg:moving") == "new"
+        plain.set("cfg:moving", "newer")
+        after_stale_bound()
+        assert near.get("cfg:moving") == "newer"
+
+
 def test_keys_the_server_evicts_are_dropped(make_near: Callable[..., Any]) -> None:
     import redis
 
