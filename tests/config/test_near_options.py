@@ -54,7 +54,6 @@ def test_defaults_and_given_limits() -> None:
         ({}, "NEAR_CACHE"),
         ({"PREFIXES": []}, "NEAR_CACHE.PREFIXES"),
         ({"PREFIXES": "config:"}, "NEAR_CACHE.PREFIXES"),
-        ({"PREFIXES": [""]}, "NEAR_CACHE.PREFIXES"),
         ({"PREFIXES": [1]}, "NEAR_CACHE.PREFIXES"),
         ({"PREFIXES": ["a"], "MAX_BYTES": 10}, "NEAR_CACHE.MAX_BYTES"),
         ({"PREFIXES": ["a"], "MAX_BYTES": True}, "NEAR_CACHE.MAX_BYTES"),
