@@ -261,7 +261,9 @@ fn refusal(err: &redis::RedisError) -> bool {
         err.code(),
         Some("LOADING" | "BUSY" | "MASTERDOWN" | "NOAUTH" | "WRONGPASS" | "TRYAGAIN")
     );
-    !away && !transient && err.code().is_some()
+    // Anything else (an error reply, or redis-rs finding RESP3 unsupported) is the server
+    // saying no.
+    !away && !transient
 }
 
 /// How many refused setups in a row turn the near cache off.
@@ -337,7 +339,7 @@ async fn session(
             return Err(End::Refused(format!(
                 "{} refused client tracking ({})",
                 source.addr,
-                err.code().unwrap_or("error")
+                err.code().unwrap_or(err.category())
             )))
         }
         _ => return Err(End::Lost),
