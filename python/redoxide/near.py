@@ -182,26 +182,9 @@ class NearClient:
         found = self._store.alookup(key)
         if found is None:
             return self._inner.get(key, bridge)
-        if type(found) is int:
-            return self._afill(key, found, bridge)
-        if found is False:
+        if type(found) is int or found is False:
             return plans.arun(self._fill(key, found), bridge)
         return found
-
-    async def _afill(self, key: str, token: int, bridge: Any) -> Any:
-        # _fill's steps written out as a coroutine: an async miss costs no plan driver.
-        if not self._fills(key, token):
-            return await self._inner.get(key, bridge)
-        try:
-            data, pttl = await self._inner.pipeline((("GET", key), ("PTTL", key)), bridge)
-            if self._delay:
-                await plans.pause(self._delay, bridge)
-        except BaseException:
-            self._store.cancel(key, token)
-            raise
-        self._follow()
-        self._store.install(key, token, data, pttl)
-        return data
 
     def _fills(self, key: str, token: Any) -> bool:
         """Whether a miss can be filled (False: read the server as without a near cache)."""

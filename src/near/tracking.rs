@@ -256,10 +256,20 @@ fn refusal(err: &redis::RedisError) -> bool {
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal();
-    // Loading, busy or authentication trouble also stops the data connections: retry.
+    // Loading, busy, full, demoted or authentication trouble stops the data connections too:
+    // retry.
     let transient = matches!(
         err.code(),
-        Some("LOADING" | "BUSY" | "MASTERDOWN" | "NOAUTH" | "WRONGPASS" | "TRYAGAIN")
+        Some(
+            "LOADING"
+                | "BUSY"
+                | "MASTERDOWN"
+                | "NOAUTH"
+                | "WRONGPASS"
+                | "TRYAGAIN"
+                | "OOM"
+                | "READONLY"
+        )
     );
     // Anything else (an error reply, or redis-rs finding RESP3 unsupported) is the server
     // saying no.

@@ -149,3 +149,41 @@ def test_a_fill_overtaken_by_an_invalidation_is_not_installed(
     assert after["fills_dropped"] == before["fills_dropped"] + 1
     assert after["installs"] == before["installs"]
     assert cache.get("cfg:a") == 9
+
+
+def test_rounds_of_write_then_read_never_serve_past_the_bound(
+    make_near: Callable[..., Any], writer: Any
+) -> None:
+    """Another client writes n, then this process reads until it sees n: a read that starts
+    MAX_STALE_MS after the write's acknowledgement must never return an older value (the
+    gate's guarantee; benchmarks/near_cache_bench.py --staleness runs 100,000 rounds)."""
+    import time
+
+    from support.near import MAX_STALE_MS
+
+    cache = make_near()
+    serving(cache)
+    made = _key(cache, "cfg:n")
+    writer.set(made, b"0")
+    bound = MAX_STALE_MS / 1000
+    late_stale, delays = 0, []
+    for n in range(1, 2001):
+        cache.get("cfg:n")  # keep it local between writes
+        writer.set(made, str(n).encode())
+        acked = time.monotonic()
+        while True:
+            started = time.monotonic()
+            seen = cache.get("cfg:n")
+            if seen == n:
+                delays.append(time.monotonic() - acked)
+                break
+            if started - acked > bound:
+                late_stale += 1
+    assert late_stale == 0
+    assert cache.near_cache_stats()["hits"] > 0
+    delays.sort()
+    print(
+        f"\n2000 rounds: the fresh value read {delays[len(delays) // 2] * 1e6:.0f} us after "
+        f"the write's acknowledgement (median), p99 {delays[int(len(delays) * 0.99)] * 1e6:.0f} us, "
+        f"max {delays[-1] * 1e6:.0f} us"
+    )
