@@ -13,7 +13,7 @@ use redis::{Pipeline, Value};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
-use crate::near::store::{Flush, Limits, Store, Token};
+use crate::near::store::{Flush, Got, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
 use crate::proto::reply;
 use crate::proto::Request;
@@ -37,6 +37,10 @@ const READS: &[&str] = &[
     "ZCOUNT", "ZRANK", "ZREVRANK", "ZSCAN", "LRANGE", "LLEN", "LINDEX", "OBJECT", "MEMORY",
     "EVAL_RO", "EVALSHA_RO", "FCALL_RO", "READONLY", "WAIT",
 ];
+/// The longest a sync get waits for another thread's fill of the same key before reading
+/// the server itself.
+const FILL_WAIT: Duration = Duration::from_millis(100);
+
 /// Commands that empty the database: drop everything.
 const FLUSHES: &[&str] = &["FLUSHDB", "FLUSHALL", "SWAPDB"];
 
@@ -141,6 +145,18 @@ enum Found<'py> {
 
 impl NearCache {
     fn find<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Found<'py>> {
+        self.find_waiting(py, key, false)
+    }
+
+    /// `find`; with `may_wait` (a sync caller on one server), a key another thread is
+    /// filling right now is waited for (GIL released, briefly) rather than read again: a hot
+    /// key that was just invalidated then costs one round trip per process, not per thread.
+    fn find_waiting<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+        may_wait: bool,
+    ) -> PyResult<Found<'py>> {
         let near = &self.near;
         if !near.tracks(key) {
             return Ok(Found::NotKept);
@@ -151,11 +167,15 @@ impl NearCache {
         near.start()?;
         let serve = near.gate();
         let mut hit = None;
-        let token = near.store.lookup(key, serve, |v| hit = Some(PyBytes::new(py, v)));
-        Ok(match (hit, token) {
+        let mut got = near.store.lookup(key, serve, may_wait, |v| hit = Some(PyBytes::new(py, v)));
+        if got == Got::Busy {
+            py.detach(|| near.store.wait_for_fill(key, FILL_WAIT));
+            got = near.store.lookup(key, near.gate(), false, |v| hit = Some(PyBytes::new(py, v)));
+        }
+        Ok(match (hit, got) {
             (Some(value), _) => Found::Hit(value),
-            (None, Some(token)) => Found::Miss(token),
-            (None, None) => Found::NotKept,
+            (None, Got::Miss(token)) => Found::Miss(token),
+            (None, _) => Found::NotKept,
         })
     }
 
@@ -286,7 +306,7 @@ impl NearCache {
     fn get(&self, py: Python<'_>, client: &Bound<'_, Client>, key: &str) -> PyResult<Py<PyAny>> {
         guard(|| {
             let client = client.get();
-            match self.find(py, key.as_bytes())? {
+            match self.find_waiting(py, key.as_bytes(), true)? {
                 Found::Hit(value) => Ok(value.into_any().unbind()),
                 Found::Miss(token) => self.fill_sync(py, client, key.as_bytes(), token),
                 Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),

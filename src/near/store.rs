@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Nanoseconds on a monotonic clock (since the first call; never 0 after it).
 pub fn now_ns() -> u64 {
@@ -113,6 +113,19 @@ struct Inner {
     next_token: u64,
     /// Bumped by every flush: a token from an older epoch never installs.
     epoch: u64,
+    /// Callers in `wait_for_fill`: only then is ending a fill signalled.
+    waiters: usize,
+}
+
+/// What a lookup found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got {
+    /// A value was copied out.
+    Hit,
+    /// Nothing servable: a fill was registered under this token.
+    Miss(Token),
+    /// Nothing servable, and another caller's fill of the key is in flight: wait for it.
+    Busy,
 }
 
 /// A fill's claim: installable while the key's token and the epoch are still these.
@@ -123,6 +136,8 @@ pub struct Token(pub u64);
 pub struct Store {
     limits: Limits,
     inner: Mutex<Inner>,
+    /// Signalled when fills end while callers wait for them (`wait_for_fill`).
+    filled: Condvar,
     pub stats: Stats,
 }
 
@@ -141,7 +156,9 @@ impl Store {
                 pending: HashMap::new(),
                 next_token: 1,
                 epoch: 0,
+                waiters: 0,
             }),
+            filled: Condvar::new(),
             stats: Stats::default(),
         }
     }
@@ -153,8 +170,9 @@ impl Store {
     }
 
     /// The value of `key` copied out (and marked most recently used) when `serve` allows a
-    /// hit and it has not expired; otherwise register a fill and return its token.
-    pub fn lookup(&self, key: &[u8], serve: bool, copy: impl FnOnce(&[u8])) -> Option<Token> {
+    /// hit and it has not expired; otherwise register a fill and return its token, or, when
+    /// `may_wait` and another fill of the key is in flight, register nothing (`Busy`).
+    pub fn lookup(&self, key: &[u8], serve: bool, may_wait: bool, copy: impl FnOnce(&[u8])) -> Got {
         let now = now_ns();
         let mut inner = self.lock();
         if let Some(&idx) = inner.map.get(key) {
@@ -165,13 +183,27 @@ impl Store {
                 inner.touch(idx);
                 copy(&inner.nodes[idx].value);
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return None;
+                return Got::Hit;
             } else {
                 self.stats.gate_refusals.fetch_add(1, Ordering::Relaxed);
             }
         }
+        if may_wait && serve && inner.pending.contains_key(key) {
+            return Got::Busy;
+        }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        Some(inner.register(key, now))
+        Got::Miss(inner.register(key, now))
+    }
+
+    /// Wait (at most `limit`, without the GIL) until no fill of `key` is in flight.
+    pub fn wait_for_fill(&self, key: &[u8], limit: Duration) {
+        let mut inner = self.lock();
+        inner.waiters += 1;
+        let (mut inner, _) = self
+            .filled
+            .wait_timeout_while(inner, limit, |i| i.pending.contains_key(key))
+            .unwrap_or_else(PoisonError::into_inner);
+        inner.waiters -= 1;
     }
 
     /// Whether `key` has a present, unexpired value (a hit, counted as one; nothing is
@@ -198,6 +230,7 @@ impl Store {
             }
         };
         inner.release(key);
+        self.wake(&inner);
         let ttl_ns = match pttl_ms {
             -1 => self.limits.max_ttl_ns,
             ms if ms > 0 => self.limits.max_ttl_ns.min(ms.unsigned_abs().saturating_mul(1_000_000)),
@@ -233,6 +266,7 @@ impl Store {
         let mut inner = self.lock();
         if inner.pending.get(key).is_some_and(|&(t, _, _)| t == token.0) {
             inner.release(key);
+            self.wake(&inner);
         }
     }
 
@@ -240,6 +274,7 @@ impl Store {
     pub fn invalidate(&self, key: &[u8]) -> bool {
         let mut inner = self.lock();
         let pending = inner.pending.remove(key).is_some();
+        self.wake(&inner);
         match inner.map.get(key) {
             Some(&idx) => {
                 inner.remove(idx);
@@ -259,6 +294,7 @@ impl Store {
                 inner.remove(idx);
             }
         }
+        self.wake(&inner);
     }
 
     /// Drop everything and kill every fill in flight.
@@ -273,6 +309,14 @@ impl Store {
         inner.pending.clear();
         inner.epoch = inner.epoch.wrapping_add(1);
         self.stats.flushes[why.index()].fetch_add(1, Ordering::Relaxed);
+        self.wake(&inner);
+    }
+
+    /// Let callers waiting for a fill look again (they run once the lock is released).
+    fn wake(&self, inner: &Inner) {
+        if inner.waiters > 0 {
+            self.filled.notify_all();
+        }
     }
 
     /// (bytes, entries, fills in flight, flush epoch).
@@ -384,9 +428,10 @@ mod tests {
 
     fn get(s: &Store, key: &[u8]) -> Result<Vec<u8>, Token> {
         let mut out = Vec::new();
-        match s.lookup(key, true, |v| out = v.to_vec()) {
-            None => Ok(out),
-            Some(token) => Err(token),
+        match s.lookup(key, true, false, |v| out = v.to_vec()) {
+            Got::Hit => Ok(out),
+            Got::Miss(token) => Err(token),
+            Got::Busy => panic!("busy without waiting"),
         }
     }
 
@@ -436,6 +481,18 @@ mod tests {
         s.invalidate_from_server([&b"k"[..]].into_iter());
         assert!(!s.install(b"k", a, b"old", -1));
         assert!(!s.install(b"k", b, b"old", -1));
+    }
+
+    #[test]
+    fn a_caller_that_may_wait_is_told_a_fill_is_in_flight() {
+        let s = store(10_000);
+        let Err(token) = get(&s, b"k") else { panic!() };
+        assert_eq!(s.lookup(b"k", true, true, |_| {}), Got::Busy);
+        assert!(s.install(b"k", token, b"v", -1));
+        s.wait_for_fill(b"k", Duration::from_secs(5)); // returns at once: nothing in flight
+        let mut out = Vec::new();
+        assert_eq!(s.lookup(b"k", true, true, |v| out = v.to_vec()), Got::Hit);
+        assert_eq!(out, b"v");
     }
 
     #[test]
