@@ -80,19 +80,19 @@ def test_untracked_keys_are_never_kept(make_near: Callable[..., Any], writer: An
     ["FLUSHDB", "FLUSHDB-other-db", "FLUSHALL", "SWAPDB"],
 )
 def test_flushes_by_another_client_flush_the_near_cache(
-    make_near: Callable[..., Any], redis_server: Any, mode: str, flush: str
+    make_near: Callable[..., Any], near_server: Any, mode: str, flush: str
 ) -> None:
     import redis
 
     cache = make_near()
     ops = Ops(cache, mode)
-    other = redis.Redis(host="127.0.0.1", port=redis_server.port, db=1)
+    other = redis.Redis(host="127.0.0.1", port=near_server.port, db=1)
     try:
         other.set(_key(cache, "cfg:a"), b"41")
         cache.set("cfg:a", "db0")
         warm(cache, "cfg:a")
         if flush == "FLUSHDB":
-            redis_server.cli("-n", "0", "FLUSHDB")
+            near_server.cli("-n", "0", "FLUSHDB")
             expected: Any = None
         elif flush == "FLUSHDB-other-db":
             other.flushdb()

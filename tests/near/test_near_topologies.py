@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.backend import build_cache, topology_settings
 from support.dispatch import Ops
-from support.near import after_stale_bound, near_options, serving
+from support.near import after_stale_bound, near_options, serving, stop_tracking
 
 
 def _pair(topology: str, request: pytest.FixtureRequest) -> tuple[Any, Any]:
@@ -32,19 +32,22 @@ def test_writes_by_another_client_are_seen_on_every_topology(
     topology: str, request: pytest.FixtureRequest, mode: str
 ) -> None:
     near, plain = _pair(topology, request)
-    ops = Ops(near, mode)
-    keys = [f"cfg:{i}" for i in range(20)]  # spread over the cluster's slots
-    plain.set_many({k: 1 for k in keys})
-    serving(near)
-    assert ops.get_many(keys) == {k: 1 for k in keys}
-    assert ops.get_many(keys) == {k: 1 for k in keys}
-    stats = near.near_cache_stats()
-    assert stats["hits"] >= 20, stats
-    plain.set_many({k: 2 for k in keys})
-    plain.delete("cfg:0")
-    after_stale_bound()
-    assert ops.get("cfg:0") is None
-    assert ops.get_many(keys) == {k: 2 for k in keys[1:]}
-    assert ops.get("cfg:5") == 2
-    assert near.near_cache_stats()["invalidations"] >= 20
-    plain.delete_many(keys)
+    try:
+        ops = Ops(near, mode)
+        keys = [f"cfg:{i}" for i in range(20)]  # spread over the cluster's slots
+        plain.set_many({k: 1 for k in keys})
+        serving(near)
+        assert ops.get_many(keys) == {k: 1 for k in keys}
+        assert ops.get_many(keys) == {k: 1 for k in keys}
+        stats = near.near_cache_stats()
+        assert stats["hits"] >= 20, stats
+        plain.set_many({k: 2 for k in keys})
+        plain.delete("cfg:0")
+        after_stale_bound()
+        assert ops.get("cfg:0") is None
+        assert ops.get_many(keys) == {k: 2 for k in keys[1:]}
+        assert ops.get("cfg:5") == 2
+        assert near.near_cache_stats()["invalidations"] >= 20
+        plain.delete_many(keys)
+    finally:
+        stop_tracking(near)

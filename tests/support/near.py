@@ -65,3 +65,20 @@ def tracking_client_ids(server: RedisServer) -> list[str]:
         if "t" in fields.get("flags", ""):
             ids.append(fields["id"])
     return ids
+
+
+def stop_tracking(cache: Any) -> None:
+    """End a test's near cache: close its tracking connections, delete its database markers
+    (the near cache stays off for the rest of the process)."""
+    from contextlib import suppress
+
+    from redoxide.exceptions import CacheError
+
+    client = cache._client
+    client._store.track([])
+    if not client._check_db:
+        return  # a cluster: no markers
+    with suppress(CacheError):
+        markers = cache.client.execute("KEYS", "redoxide:near:*")
+        if markers:
+            cache.client.execute("DEL", *markers)
