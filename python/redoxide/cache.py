@@ -27,6 +27,7 @@ from redoxide._values import ValuesMixin
 from redoxide.compressors import IdentityCompressor
 from redoxide.exceptions import CrossSlotError, NoScriptError, ResponseError
 from redoxide.lock import LockMixin
+from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config
 from redoxide.plans import Computed, FailOpen, Plan
 from redoxide.serializers import PickleSerializer
@@ -117,6 +118,16 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         self._config = config = parse_config(server, params.get("OPTIONS"))
         super().__init__(params)
         self._client: ClientLike = shared_client(config)
+        if config.near_cache is not None:
+            self._client = near_client(
+                self._client,
+                config.near_cache,
+                self.key_prefix,
+                self.version,
+                self.key_func is default_key_func,
+                config.client_key,
+                config.logger_name,
+            )
         self._serializer = config.serializer
         self._compressor = config.compressor
         self._fast_pickle = type(self._serializer) is PickleSerializer
@@ -567,6 +578,13 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
     def reset_stats(self) -> None:
         """Zero the counters stats() returns (open connections are a gauge and stay)."""
         _stats.reset(self)
+
+    def near_cache_stats(self) -> dict[str, Any] | None:
+        """The near cache's counters (hits, misses, installs, fills dropped by a race,
+        invalidations, flushes by reason, evictions, bytes, entries, gate trips), or None
+        when OPTIONS["NEAR_CACHE"] is not set."""
+        client = self._client
+        return client.stats() if isinstance(client, NearClient) else None
 
     def close(self, **kwargs: Any) -> None:
         """Do nothing: connections are shared by the whole process and outlive requests."""

@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 from django.utils.module_loading import import_string
 
 from redoxide._location import parse_location, query_db, redact
+from redoxide._near_options import NearCacheConfig, parse_near_cache
 from redoxide._tls import TLS_OPTIONS, tls_settings
 from redoxide.compressors import BaseCompressor, IdentityCompressor
 from redoxide.exceptions import ConfigurationError, ResponseError
@@ -57,6 +58,7 @@ _ALIASES = {
     "SIGNING_KEY": "signing_key",
     "TRACING": "tracing",
     "TRACING_KEYS": "tracing_keys",
+    "NEAR_CACHE": "near_cache",
     **TLS_OPTIONS,
 }
 _CANONICAL = frozenset(_ALIASES.values())
@@ -111,6 +113,8 @@ class Config:
     #: An OpenTelemetry client span per cache call (TRACING), with the key (TRACING_KEYS).
     tracing: bool = False
     tracing_keys: bool = False
+    #: Hot keys kept in process memory, coherent through client tracking (NEAR_CACHE).
+    near_cache: NearCacheConfig | None = None
 
     @property
     def tls_kwargs(self) -> dict[str, Any]:
@@ -498,6 +502,8 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     _behaviour(opts, names, kwargs)
     _topology(opts, names, kwargs)
     kwargs["tls"] = tls_settings(opts, names, servers)
+    if "near_cache" in opts:
+        kwargs["near_cache"] = parse_near_cache(names["near_cache"], opts["near_cache"])
     if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:
         raise _fail(
             names["client_class"],

@@ -96,6 +96,9 @@ impl Bridge {
     }
 }
 
+/// A conversion of a reply that carries state (see `Pending::with_finish`).
+pub type Finish = Box<dyn FnOnce(Python<'_>, Reply) -> PyResult<Py<PyAny>> + Send + Sync>;
+
 /// Something an awaiting caller can prod to make progress on its own thread.
 pub trait Poller: Send + Sync {
     fn poll(&self);
@@ -111,6 +114,9 @@ pub struct Pending {
     poller: Option<Arc<dyn Poller>>,
     started: Option<Instant>,
     convert: fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>,
+    /// Replaces `convert` when set: a conversion that needs state of its own (a near-cache
+    /// fill installs the reply it converts).
+    finish_with: Option<Finish>,
     /// Commands sent together with this one by the same caller (this one included).
     group: usize,
     /// The connections of those other commands: polled too while this one polls, so their
@@ -133,9 +139,16 @@ impl Pending {
             poller,
             started: None,
             convert,
+            finish_with: None,
             group: 1,
             siblings: Vec::new(),
         }
+    }
+
+    /// Convert the reply with `finish` instead of the plain conversion.
+    pub fn with_finish(mut self, finish: Finish) -> Self {
+        self.finish_with = Some(finish);
+        self
     }
 
     fn finish(&mut self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
@@ -144,7 +157,13 @@ impl Pending {
             let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.bridge.get().queue.record_latency(ns);
         }
-        match outcome.map_err(PyErr::from).and_then(|reply| (self.convert)(py, reply)) {
+        let convert = self.convert;
+        let finish = self.finish_with.take();
+        let converted = outcome.map_err(PyErr::from).and_then(|reply| match finish {
+            Some(finish) => finish(py, reply),
+            None => convert(py, reply),
+        });
+        match converted {
             Ok(value) => PyStopIteration::new_err((value,)),
             Err(err) => err,
         }

@@ -75,6 +75,15 @@ pub struct Client {
     /// Sync calls share the multiplexed connection instead of one connection per thread.
     shared_sync: bool,
     pub(crate) stats: Arc<Stats>,
+    /// How a near cache's tracking connection reaches the same server.
+    tracking: crate::near::Source,
+}
+
+impl Client {
+    /// Where a near cache's tracking connection for this server connects, and how.
+    pub(crate) fn tracking_source(&self) -> crate::near::Source {
+        self.tracking.clone()
+    }
 }
 
 fn secs(name: &str, value: f64) -> PyResult<Duration> {
@@ -88,23 +97,30 @@ fn secs(name: &str, value: f64) -> PyResult<Duration> {
 }
 
 impl Client {
-    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
-        let reply = py.detach(|| {
-            let meter = Meter::start(&req);
-            let shared = self.shared_sync.then(|| self.transport.call_shared(&req)).flatten();
+    /// One blocking round trip with the GIL released, counted in the node's stats; the raw
+    /// reply.
+    pub(crate) fn call_sync(&self, py: Python<'_>, req: &Request) -> Result<Reply, Error> {
+        py.detach(|| {
+            let meter = Meter::start(req);
+            let shared = self.shared_sync.then(|| self.transport.call_shared(req)).flatten();
             let outcome = match shared {
                 Some(outcome) => outcome,
-                None => exec_sync(self.id, &self.transport, &req),
+                None => exec_sync(self.id, &self.transport, req),
             };
             if let Some(meter) = meter {
                 meter.record(&self.stats, &outcome);
             }
             outcome
-        })?;
+        })
+    }
+
+    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
+        let reply = self.call_sync(py, &req)?;
         convert(py, reply)
     }
 
-    fn run_async(
+    /// Send a request from an event loop; the awaitable that converts its reply.
+    pub(crate) fn run_async(
         &self,
         py: Python<'_>,
         bridge: Py<Bridge>,
@@ -218,6 +234,14 @@ impl Client {
                 connect: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
                 response: secs("SOCKET_TIMEOUT", response_timeout)?,
             };
+            let tracking = crate::near::Source {
+                info: info.clone(),
+                tls: tls.clone(),
+                connect_timeout: timeouts.connect,
+                response_timeout: timeouts.response,
+                addr: Arc::clone(&addr),
+                check_db: true,
+            };
             let stats = Arc::new(Stats::default());
             let transport = Transport::open(info, tls, readonly, timeouts, &addr, &stats)?;
             Ok(Client {
@@ -226,6 +250,7 @@ impl Client {
                 transport,
                 shared_sync,
                 stats,
+                tracking,
             })
         })
     }

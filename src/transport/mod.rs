@@ -23,7 +23,7 @@ use crate::stats::Stats;
 pub use fanout::{fanout_sync, Call};
 pub use mux::flush_deferred;
 pub use thread_conns::exec_sync;
-pub use tls::TlsOptions;
+pub use tls::{tls_client, TlsOptions};
 
 /// Where a plain server is.
 #[derive(Clone, Debug)]

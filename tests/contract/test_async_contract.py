@@ -276,8 +276,10 @@ class Outcome:
 
 
 def snapshot(client: Any) -> dict[bytes, tuple[bytes | None, int]]:
-    """Return every key in Redis db 0 with its raw value and its PTTL in ms (-1: none)."""
-    return {key: (client.get(key), client.pttl(key)) for key in client.keys("*")}
+    """Return every key in Redis db 0 with its raw value and its PTTL in ms (-1: none); a
+    near cache's database markers (REDOXIDE_TEST_NEAR_CACHE) are not the cache's data."""
+    keys = [k for k in client.keys("*") if not k.startswith(b"redoxide:near:")]
+    return {key: (client.get(key), client.pttl(key)) for key in keys}
 
 
 def prepare(cache: Any, client: Any, c: Case) -> None:

@@ -209,6 +209,25 @@ def test_verified_connection_works(tls_server: TLSServer, certs: Certs) -> None:
     assert tls_server.server.cli("EXISTS", cache.make_key("k")) == "1"
 
 
+def test_near_cache_tracks_over_tls(tls_server: TLSServer, certs: Certs) -> None:
+    """The tracking connection uses the cache's TLS settings (and password)."""
+    import redis
+    from support.near import after_stale_bound, near_options, stop_tracking, warm
+
+    cache = tls_cache(tls_server, SSL_CA_CERTS=str(certs.ca), NEAR_CACHE=near_options())
+    try:
+        cache.set("cfg:a", 1)
+        assert warm(cache, "cfg:a") == 1
+        plain = redis.Redis(port=tls_server.server.port, password=PASSWORD)
+        plain.set(cache.make_and_validate_key("cfg:a"), b"2")
+        plain.close()
+        after_stale_bound()
+        assert cache.get("cfg:a") == 2
+        assert cache.near_cache_stats()["invalidations"] >= 1
+    finally:
+        stop_tracking(cache)
+
+
 def test_lower_case_and_pool_kwargs_spellings(tls_server: TLSServer, certs: Certs) -> None:
     assert_works(tls_cache(tls_server, ssl_ca_certs=certs.ca))  # a Path works too
     pool_kwargs = {"ssl_ca_certs": str(certs.ca), "ssl_cert_reqs": "required"}

@@ -22,6 +22,8 @@ BACKEND = os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide.RedisCache")
 # The topology the Django contract runs on: standalone (default), cluster or sentinel.
 TOPOLOGY = os.environ.get("REDOXIDE_TEST_TOPOLOGY", "standalone")
 BUILTIN_BACKEND = "django.core.cache.backends.redis.RedisCache"
+# REDOXIDE_TEST_NEAR_CACHE=1 runs the Django contract with every key near-cached.
+NEAR_CACHE = os.environ.get("REDOXIDE_TEST_NEAR_CACHE") == "1"
 
 
 def is_redoxide() -> bool:
@@ -38,6 +40,16 @@ def build_cache(location: str | list[str], params: dict[str, Any] | None = None)
 
 
 def topology_settings(topology: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Return LOCATION and OPTIONS of a cache on `topology` (see _topology_settings), with the
+    near cache on every key under REDOXIDE_TEST_NEAR_CACHE=1."""
+    settings = _topology_settings(topology, request)
+    if NEAR_CACHE:
+        near = {"PREFIXES": [""], "MAX_STALE_MS": 200}
+        settings["OPTIONS"] = {**settings.get("OPTIONS", {}), "NEAR_CACHE": near}
+    return settings
+
+
+def _topology_settings(topology: str, request: pytest.FixtureRequest) -> dict[str, Any]:
     """Return LOCATION and OPTIONS of a cache on `topology`, starting its servers if needed.
 
     `topology` is standalone, cluster, sentinel or replicas (a LOCATION list: the primary,

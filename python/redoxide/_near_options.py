@@ -1,0 +1,87 @@
+"""OPTIONS["NEAR_CACHE"]: which keys this process keeps in its own memory, and the bounds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from redoxide.exceptions import ConfigurationError
+
+__all__ = ["NearCacheConfig", "parse_near_cache"]
+
+_KEYS = ("PREFIXES", "MAX_BYTES", "MAX_VALUE_BYTES", "MAX_TTL", "MAX_STALE_MS")
+
+
+@dataclass(frozen=True)
+class NearCacheConfig:
+    """A parsed OPTIONS["NEAR_CACHE"]."""
+
+    #: Kept locally: keys starting with one of these (the key given to the cache, before
+    #: KEY_PREFIX and VERSION; with a custom KEY_FUNCTION, the key as stored on the server).
+    #: "" keeps every key of the cache's version.
+    prefixes: tuple[str, ...]
+    #: The most the kept values (and their keys) take in each process, in bytes.
+    max_bytes: int = 32 * 2**20
+    #: Values larger than this once encoded are never kept.
+    max_value_bytes: int = 64 * 1024
+    #: A kept value is dropped after this many seconds at the latest (or its own TTL).
+    max_ttl: float = 60.0
+    #: No local hit once the tracking connection has not answered for this many ms.
+    max_stale_ms: int = 500
+
+
+def _fail(name: str, message: str) -> ConfigurationError:
+    return ConfigurationError(f"redoxide: OPTIONS[{name!r}] {message}")
+
+
+def _int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _fail(name, f"must be a whole number from {low:,} to {high:,}, not {value!r}")
+    return value
+
+
+def _prefixes(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
+        raise _fail(name, f"must be a non-empty list of key prefixes, not {value!r}")
+    for prefix in value:
+        if not isinstance(prefix, str):
+            raise _fail(name, f"must hold strings, not {prefix!r}")
+    return tuple(value)
+
+
+def parse_near_cache(option: str, value: Any) -> NearCacheConfig | None:
+    """Validate OPTIONS["NEAR_CACHE"] (a dict; None or False: off)."""
+    if value is None or value is False:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(option, f"must be a dict with PREFIXES and limits, not {value!r}")
+    unknown = sorted(str(k) for k in value if str(k).upper() not in _KEYS)
+    if unknown:
+        raise _fail(option, f"has unknown keys {unknown}; known: {', '.join(_KEYS)}")
+    opts = {str(k).upper(): v for k, v in value.items()}
+    if "PREFIXES" not in opts:
+        raise _fail(option, "needs PREFIXES: the key prefixes to keep in process memory")
+    kwargs: dict[str, Any] = {"prefixes": _prefixes(f"{option}.PREFIXES", opts["PREFIXES"])}
+    if "MAX_BYTES" in opts:
+        kwargs["max_bytes"] = _int(f"{option}.MAX_BYTES", opts["MAX_BYTES"], 4096, 2**40)
+    if "MAX_VALUE_BYTES" in opts:
+        kwargs["max_value_bytes"] = _int(
+            f"{option}.MAX_VALUE_BYTES", opts["MAX_VALUE_BYTES"], 1, 2**40
+        )
+    if "MAX_STALE_MS" in opts:
+        kwargs["max_stale_ms"] = _int(f"{option}.MAX_STALE_MS", opts["MAX_STALE_MS"], 10, 60_000)
+    if "MAX_TTL" in opts:
+        ttl = opts["MAX_TTL"]
+        if (
+            isinstance(ttl, bool)
+            or not isinstance(ttl, (int, float))
+            or not math.isfinite(ttl)
+            or not 0.001 <= ttl <= 86400
+        ):
+            raise _fail(f"{option}.MAX_TTL", f"must be seconds from 0.001 to 86400, not {ttl!r}")
+        kwargs["max_ttl"] = float(ttl)
+    config = NearCacheConfig(**kwargs)
+    if config.max_value_bytes > config.max_bytes:
+        raise _fail(f"{option}.MAX_VALUE_BYTES", "must not be larger than MAX_BYTES")
+    return config

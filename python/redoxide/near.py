@@ -1,0 +1,338 @@
+"""The near cache (OPTIONS["NEAR_CACHE"]): hot keys served from this process' memory, kept
+coherent by the server's client tracking.
+
+``NearClient`` wraps the cache's client (the Rust client or a router) and satisfies
+``ClientLike`` itself, so the cache's methods and plans run unchanged over it:
+
+- get / get_many / has_key (EXISTS) look in the Rust store first (one call: the bytes of a
+  hit, or the token of a fill registered *before* the request is sent); a fill reads GET and
+  PTTL in one round trip and installs only if no invalidation or flush killed its token;
+- every other command drops the tracked keys it names before it is sent and again once it
+  is answered (so this process reads its own writes even against a concurrent fill);
+  FLUSHDB / FLUSHALL / SWAPDB drop everything;
+- the store and its tracking connections live in Rust (src/near/): invalidations are applied
+  there without the GIL, and hits are refused while the tracking connections are silent.
+
+Fills always read the primary (``pipeline`` is a write-path call on every router), the node
+whose tracking connection we listen to: a lagging replica could otherwise hand back a value
+older than an invalidation the primary has already sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redoxide import _redoxide, plans
+from redoxide._near_options import NearCacheConfig
+from redoxide._registry import Registry, track
+from redoxide.plans import Plan
+
+__all__ = ["NearClient", "near_client", "tracked_prefixes"]
+
+#: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
+_left_behind: list[Any] = []
+
+
+def tracked_prefixes(
+    settings: NearCacheConfig, key_prefix: str, version: int, default: bool
+) -> tuple[str, ...]:
+    """The server key prefixes to keep: PREFIXES after KEY_PREFIX and VERSION (the default key
+    function), or as given (a custom KEY_FUNCTION: they then match the server key itself)."""
+    if not default:
+        return settings.prefixes
+    return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
+
+
+def _primaries(client: Any) -> tuple[Any, ...] | None:
+    """The Rust clients of the servers whose writes reach `client`'s keys (the standalone
+    server, the primary, a cluster's primaries); None while they are not known yet."""
+    if isinstance(client, _redoxide.Client):
+        return (client,)
+    slots = getattr(client, "slots", None)
+    if slots is not None:  # a cluster
+        return tuple(slots.primaries) or None
+    primary = getattr(client, "primary", None)
+    if primary is not None:  # replicas, Sentinel
+        return _primaries(primary)
+    node = getattr(client, "node", None)  # a Sentinel-followed primary
+    if isinstance(node, _redoxide.Client) and not getattr(client, "suspect", False):
+        return (node,)
+    return None
+
+
+class NearClient:
+    """A ClientLike that keeps values of tracked keys in process memory."""
+
+    def __init__(
+        self, inner: Any, settings: NearCacheConfig, prefixes: tuple[str, ...], logger: str
+    ) -> None:
+        self._inner = inner
+        self._settings = settings
+        self._prefixes = prefixes
+        self._logger = logger
+        self._nodes: tuple[Any, ...] | None = None
+        # A cluster has no SWAPDB (and a marker key would belong to some other node's slots).
+        self._check_db = getattr(inner, "slots", None) is None
+        self._delay = 0.0
+        self._store = self._new_store()
+        #: One server: its nodes never change, and a sync get is one call into the core.
+        self._direct = isinstance(inner, _redoxide.Client)
+        if self._direct:
+            self._nodes = (inner,)
+            self._store.track([inner], self._check_db)
+        else:
+            self._follow()
+        track(self)
+
+    def _new_store(self) -> Any:
+        s = self._settings
+        return _redoxide.NearCache(
+            [p.encode() for p in self._prefixes],
+            max_bytes=s.max_bytes,
+            max_value_bytes=s.max_value_bytes,
+            max_ttl=s.max_ttl,
+            max_stale=s.max_stale_ms / 1000,
+        )
+
+    def after_fork(self) -> None:
+        # The child starts empty, with tracking connections of its own made on first use.
+        _left_behind.append(self._store)
+        self._store = self._new_store()
+        self._store.fill_delay = self._delay
+        self._store.flush("fork")
+        if self._nodes is not None:
+            self._store.track(list(self._nodes), self._check_db)
+
+    def __getattr__(self, name: str) -> Any:
+        # What else the cache asks of its client (scan_nodes on a cluster...) is the inner one's.
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"<redoxide NearClient over {self._inner!r}>"
+
+    def stats(self) -> dict[str, Any]:
+        """The near cache's counters and sizes."""
+        return self._store.stats()  # type: ignore[no-any-return]
+
+    def _follow(self) -> bool:
+        """Track the servers that own the keys now (a failover or a new slot map changes
+        them, and flushes); whether they are known.
+
+        Called before a fill and again before its install: a fill that made the router learn
+        new nodes (it followed a MOVED, the primary moved) may have read a node not tracked
+        yet, and the flush of the change kills its token. A slot moving between tracked
+        primaries needs no flush: in BCAST mode both the source (MIGRATE deletes the key) and
+        the target (every write) send their invalidations.
+        """
+        if self._direct:
+            return True
+        nodes = _primaries(self._inner)
+        if nodes is None:
+            return False
+        if (
+            self._nodes is None
+            or len(nodes) != len(self._nodes)
+            or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
+        ):
+            self._store.track(list(nodes), self._check_db)
+            self._nodes = nodes
+        return True
+
+    def _refused(self) -> None:
+        logging.getLogger(self._logger).warning(
+            "redoxide: %s; the near cache is off for this cache", self._store.refusal()
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @property
+    def _fill_delay(self) -> float:
+        """Seconds between a fill's reply and its install (tests widen the race with it)."""
+        return self._delay
+
+    @_fill_delay.setter
+    def _fill_delay(self, seconds: float) -> None:
+        self._delay = seconds
+        self._store.fill_delay = seconds
+
+    def get(self, key: str, bridge: Any = None) -> Any:
+        if bridge is None:
+            if self._direct:
+                # One server: lookup, fill and install in one call into the core.
+                found = self._store.get(self._inner, key)
+                if found is False:
+                    self._refused()
+                    return self._inner.get(key)
+                return found
+            found = self._store.lookup(key)
+            if found is None:
+                return self._inner.get(key)
+            if type(found) is bytes:
+                return found
+            return plans.run(self._fill(key, found))
+        if self._direct:
+            # One server: lookup and fill in one call; the fill installs as it is converted.
+            found = self._store.aget(self._inner, key, bridge)
+            if found is False:
+                self._refused()
+                return self._inner.get(key, bridge)
+            return found
+        found = self._store.alookup(key)
+        if found is None:
+            return self._inner.get(key, bridge)
+        if type(found) is int or found is False:
+            return plans.arun(self._fill(key, found), bridge)
+        return found
+
+    def _fills(self, key: str, token: Any) -> bool:
+        """Whether a miss can be filled (False: read the server as without a near cache)."""
+        if token is False:
+            self._refused()
+            return False
+        if not self._follow():
+            self._store.cancel(key, token)
+            return False
+        return True
+
+    def _fill(self, key: str, token: Any) -> Plan[Any]:
+        """A miss: read value and PTTL in one round trip, install if the token survived."""
+        if not self._fills(key, token):
+            return (yield self._inner.get, (key,))
+        try:
+            data, pttl = yield self._inner.pipeline, ((("GET", key), ("PTTL", key)),)
+            if self._delay:
+                yield plans.pause, (self._delay,)
+        except BaseException:
+            self._store.cancel(key, token)
+            raise
+        self._follow()
+        self._store.install(key, token, data, pttl)
+        return data
+
+    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
+        keys = keys if type(keys) is list else list(keys)
+        found, all_hits = self._store.lookup_many(keys)
+        if found is None:
+            return self._inner.mget(keys) if bridge is None else self._inner.mget(keys, bridge)
+        if all_hits:
+            return found if bridge is None else _redoxide.Ready(found)
+        plan = self._fill_many(keys, found)
+        return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
+
+    def _fill_many(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
+        """get_many: hits from the store, every miss in one round trip."""
+        commands: list[tuple[Any, ...]] = []
+        fills: list[tuple[int, Any, int, int]] = []  # (position, key, token, reply index)
+        plain: list[tuple[int, int]] = []
+        following: bool | None = None
+        for i, (key, hit) in enumerate(zip(keys, found, strict=True)):
+            if type(hit) is bytes:
+                continue
+            if hit is False:
+                self._refused()
+            elif type(hit) is int:
+                if following is None:
+                    following = self._follow()
+                if following:
+                    fills.append((i, key, hit, len(commands)))
+                    commands += [("GET", key), ("PTTL", key)]
+                    continue
+                self._store.cancel(key, hit)
+            plain.append((i, len(commands)))
+            commands.append(("GET", key))
+        if not commands:
+            return found
+        try:
+            replies = yield self._inner.pipeline, (commands,)
+            if self._delay and fills:
+                yield plans.pause, (self._delay,)
+        except BaseException:
+            for _, key, token, _ in fills:
+                self._store.cancel(key, token)
+            raise
+        if fills:
+            self._follow()
+        for i, key, token, at in fills:
+            found[i] = data = replies[at]
+            self._store.install(key, token, data, replies[at + 1])
+        for i, at in plain:
+            found[i] = replies[at]
+        return found
+
+    # -- writes (and has_key) ----------------------------------------------------------------
+
+    async def _then_forget(self, pending: Any, forget: Any, what: Any) -> Any:
+        try:
+            return await pending
+        finally:
+            forget(what)
+
+    def _write(self, forget: Any, what: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        """Call inner.name(*args): the tracked keys `what` names are dropped before it is sent
+        and again once it is answered (a fill that read the old value meanwhile is killed)."""
+        call = getattr(self._inner, name)
+        if not forget(what):
+            return call(*args) if bridge is None else call(*args, bridge)
+        if bridge is not None:
+            return self._then_forget(call(*args, bridge), forget, what)
+        try:
+            return call(*args)
+        finally:
+            forget(what)
+
+    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
+        if len(args) == 2 and args[0] == "EXISTS" and self._store.has(args[1]):
+            return 1 if bridge is None else _redoxide.Ready(1)
+        return self._write(self._store.forget, args, "execute", (args,), bridge)
+
+    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
+        commands = list(commands)
+        return self._write(self._store.forget_all, commands, "pipeline", (commands,), bridge)
+
+    def pipeline_results(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
+        commands = list(commands)
+        return self._write(
+            self._store.forget_all, commands, "pipeline_results", (commands,), bridge
+        )
+
+    def set(
+        self,
+        key: str,
+        value: bytes,
+        ttl_ms: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        bridge: Any = None,
+    ) -> Any:
+        return self._write(
+            self._store.forget_keys, (key,), "set", (key, value, ttl_ms, nx, xx), bridge
+        )
+
+    def set_many(
+        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
+    ) -> Any:
+        keys = list(keys)
+        return self._write(
+            self._store.forget_keys, keys, "set_many", (keys, list(values), ttl_ms), bridge
+        )
+
+
+_near_clients: Registry[NearClient] = Registry()
+
+
+def near_client(
+    inner: Any,
+    settings: NearCacheConfig,
+    key_prefix: str,
+    version: int,
+    default_key_func: bool,
+    client_key: Any,
+    logger: str,
+) -> NearClient:
+    """The process-wide near cache of a configuration (one store, one set of tracking
+    connections, whatever the number of backend instances)."""
+    prefixes = tracked_prefixes(settings, key_prefix, version, default_key_func)
+    key = (client_key, settings, prefixes)
+    return _near_clients.get(key, lambda: NearClient(inner, settings, prefixes, logger))

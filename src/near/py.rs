@@ -1,0 +1,518 @@
+//! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats) and
+//! `Ready`, the awaitable of a value already at hand.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+
+use redis::{Pipeline, Value};
+
+use crate::bridge::Bridge;
+use crate::errors::guard;
+use crate::near::store::{Flush, Got, Limits, Store, Token};
+use crate::near::tracking::{Near, Source};
+use crate::proto::reply;
+use crate::proto::Request;
+use crate::py::client::Client;
+
+/// Add the classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NearCache>()?;
+    m.add_class::<Ready>()
+}
+
+/// Commands that never change a key: sending them drops nothing locally. Anything else is
+/// treated as a write to every tracked key among its arguments.
+#[rustfmt::skip]
+const READS: &[&str] = &[
+    "GET", "MGET", "EXISTS", "PTTL", "TTL", "PEXPIRETIME", "EXPIRETIME", "TYPE", "STRLEN",
+    "GETRANGE", "SCAN", "KEYS", "DBSIZE", "PING", "ECHO", "TIME", "INFO", "HGET", "HMGET",
+    "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HSCAN", "SMEMBERS", "SISMEMBER",
+    "SMISMEMBER", "SCARD", "SSCAN", "SRANDMEMBER", "SINTER", "SUNION", "SDIFF", "ZRANGE",
+    "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZSCORE", "ZMSCORE", "ZCARD",
+    "ZCOUNT", "ZRANK", "ZREVRANK", "ZSCAN", "LRANGE", "LLEN", "LINDEX", "OBJECT", "MEMORY",
+    "EVAL_RO", "EVALSHA_RO", "FCALL_RO", "READONLY", "WAIT",
+];
+/// The longest a sync get waits for another thread's fill of the same key before reading
+/// the server itself.
+const FILL_WAIT: Duration = Duration::from_millis(100);
+
+/// Commands that empty the database: drop everything.
+const FLUSHES: &[&str] = &["FLUSHDB", "FLUSHALL", "SWAPDB"];
+
+/// A near cache: the store of one cache configuration and its tracking connections.
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct NearCache {
+    near: Arc<Near>,
+    fill_delay_ns: AtomicU64,
+}
+
+/// An awaitable that returns a value at once (a near-cache hit under `await`).
+#[pyclass(module = "redoxide._redoxide", frozen)]
+pub struct Ready {
+    value: Py<PyAny>,
+}
+
+#[pymethods]
+impl Ready {
+    #[new]
+    fn new(value: Py<PyAny>) -> Self {
+        Ready { value }
+    }
+
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
+        Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
+    }
+}
+
+fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
+    if let Ok(s) = key.cast::<PyString>() {
+        return s.to_str().ok().map(str::as_bytes);
+    }
+    key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
+}
+
+/// Install a fill's reply (GET, PTTL) if its token survived; return the value (or raise the
+/// error the GET met). A failed round trip cancels the token.
+fn finish_fill(
+    py: Python<'_>,
+    near: &Near,
+    key: &[u8],
+    token: Token,
+    reply: Result<Value, crate::errors::Error>,
+) -> PyResult<Py<PyAny>> {
+    let (data, pttl) = match reply {
+        Ok(Value::Array(mut items)) if items.len() == 2 => {
+            let pttl = items.pop();
+            (items.pop(), pttl)
+        }
+        Ok(other) => (Some(other), None),
+        Err(err) => {
+            near.store.cancel(key, token);
+            return Err(err.into());
+        }
+    };
+    match (data, pttl) {
+        (Some(Value::BulkString(value)), Some(Value::Int(pttl))) => {
+            near.store.install(key, token, &value, pttl);
+            Ok(PyBytes::new(py, &value).into_any().unbind())
+        }
+        (data, _) => {
+            near.store.cancel(key, token);
+            reply::to_py(py, data.unwrap_or(Value::Nil))
+        }
+    }
+}
+
+/// An async fill's token, cancelled if its awaitable is dropped before the reply is used.
+struct FillGuard {
+    near: Arc<Near>,
+    key: Box<[u8]>,
+    token: Token,
+    done: bool,
+}
+
+impl Drop for FillGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.near.store.cancel(&self.key, self.token);
+        }
+    }
+}
+
+/// What a lookup found.
+enum Found<'py> {
+    /// Not a kept key, or the near cache is off.
+    NotKept,
+    /// The near cache has just been turned off: the caller warns, once.
+    Refused,
+    Hit(Bound<'py, PyBytes>),
+    /// A fill was registered under this token.
+    Miss(Token),
+}
+
+impl NearCache {
+    fn find<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Found<'py>> {
+        self.find_waiting(py, key, false)
+    }
+
+    /// `find`; with `may_wait` (a sync caller on one server), a key another thread is
+    /// filling right now is waited for (GIL released, briefly) rather than read again: a hot
+    /// key that was just invalidated then costs one round trip per process, not per thread.
+    fn find_waiting<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+        may_wait: bool,
+    ) -> PyResult<Found<'py>> {
+        let near = &self.near;
+        if !near.tracks(key) {
+            return Ok(Found::NotKept);
+        }
+        if let Err(reason) = near.usable() {
+            return Ok(if reason.is_some() { Found::Refused } else { Found::NotKept });
+        }
+        near.start()?;
+        let serve = near.gate();
+        let mut hit = None;
+        let mut got = near.store.lookup(key, serve, may_wait, |v| hit = Some(PyBytes::new(py, v)));
+        if got == Got::Busy {
+            py.detach(|| near.store.wait_for_fill(key, FILL_WAIT));
+            got = near.store.lookup(key, near.gate(), false, |v| hit = Some(PyBytes::new(py, v)));
+        }
+        Ok(match (hit, got) {
+            (Some(value), _) => Found::Hit(value),
+            (None, Got::Miss(token)) => Found::Miss(token),
+            (None, _) => Found::NotKept,
+        })
+    }
+
+    /// A hit's bytes, a miss's fill token, or None (not kept here, or the near cache is off;
+    /// False once, when it has just been turned off, for the caller to warn).
+    fn lookup_py(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let Some(bytes) = key_bytes(key) else { return Ok(None) };
+        Ok(match self.find(py, bytes)? {
+            Found::NotKept => None,
+            Found::Refused => Some(PyBool::new(py, false).to_owned().into_any().unbind()),
+            Found::Hit(value) => Some(value.into_any().unbind()),
+            Found::Miss(Token(t)) => Some(t.into_pyobject(py)?.into_any().unbind()),
+        })
+    }
+
+    /// The conversion of an async fill's reply: install it (if the token survived) and
+    /// return the value. The guard cancels the token if the awaitable is dropped unawaited.
+    fn fill_finish(&self, key: &[u8], token: Token) -> crate::bridge::Finish {
+        let guard = FillGuard { near: Arc::clone(&self.near), key: key.into(), token, done: false };
+        let delay = self.fill_delay_ns.load(Ordering::Relaxed);
+        Box::new(move |py: Python<'_>, reply: Value| {
+            let mut guard = guard;
+            if delay > 0 {
+                // Tests only: blocks the loop's thread while another thread writes.
+                py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
+            }
+            guard.done = true;
+            finish_fill(py, &guard.near, &guard.key, guard.token, Ok(reply))
+        })
+    }
+
+    /// A sync fill on one server: GET and PTTL in one round trip (GIL released), installed
+    /// if the token survived; the value.
+    fn fill_sync(
+        &self,
+        py: Python<'_>,
+        client: &Client,
+        key: &[u8],
+        token: Token,
+    ) -> PyResult<Py<PyAny>> {
+        let mut pipe = Pipeline::with_capacity(2);
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        let reply = client.call_sync(py, &Request::Pipe(pipe));
+        let delay = self.fill_delay_ns.load(Ordering::Relaxed);
+        if delay > 0 {
+            py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
+        }
+        finish_fill(py, &self.near, key, token, reply)
+    }
+
+    /// Drop the tracked keys among a command's arguments; whether there were any.
+    fn forget_command(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
+        self.forget_args(&items)
+    }
+
+    fn forget_args(&self, args: &[Bound<'_, PyAny>]) -> PyResult<bool> {
+        let Some(name) = args.first().and_then(key_bytes) else { return Ok(false) };
+        let upper = String::from_utf8_lossy(name).to_ascii_uppercase();
+        if READS.contains(&upper.as_str()) {
+            return Ok(false);
+        }
+        if FLUSHES.contains(&upper.as_str()) {
+            self.near.store.flush(Flush::Own);
+            return Ok(true);
+        }
+        let mut any = false;
+        for arg in &args[1..] {
+            if let Some(bytes) = key_bytes(arg) {
+                if self.near.tracks(bytes) {
+                    self.near.store.invalidate(bytes);
+                    any = true;
+                }
+            }
+        }
+        Ok(any)
+    }
+}
+
+#[pymethods]
+impl NearCache {
+    /// Keep values of server keys starting with one of `prefixes`, at most `max_bytes` in
+    /// all, none over `max_value_bytes`, each at most `max_ttl` seconds; serve hits only while
+    /// the tracking connections answered within `max_stale` seconds.
+    #[new]
+    #[pyo3(signature = (prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale))]
+    fn new(
+        prefixes: Vec<Vec<u8>>,
+        max_bytes: usize,
+        max_value_bytes: usize,
+        max_ttl: f64,
+        max_stale: f64,
+    ) -> PyResult<Self> {
+        if !(max_ttl.is_finite() && max_ttl > 0.0 && max_stale.is_finite() && max_stale > 0.0) {
+            return Err(PyValueError::new_err("max_ttl and max_stale must be positive seconds"));
+        }
+        let limits = Limits {
+            max_bytes,
+            max_value_bytes,
+            max_ttl_ns: u64::try_from(Duration::from_secs_f64(max_ttl).as_nanos())
+                .unwrap_or(u64::MAX),
+        };
+        let prefixes = prefixes.into_iter().map(Vec::into_boxed_slice).collect();
+        let near = Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale));
+        Ok(NearCache { near: Arc::new(near), fill_delay_ns: AtomicU64::new(0) })
+    }
+
+    /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
+    /// flushes. Connections are made on the first lookup. `check_db` watches for SWAPDB
+    /// (not on a cluster).
+    #[pyo3(signature = (clients, check_db=true))]
+    fn track(&self, clients: Vec<Bound<'_, Client>>, check_db: bool) -> PyResult<()> {
+        guard(|| {
+            let sources: Vec<Source> =
+                clients.iter().map(|c| Source { check_db, ..c.get().tracking_source() }).collect();
+            Ok(self.near.track(sources)?)
+        })
+    }
+
+    /// bytes (a hit), an int (a miss: the fill token to install with), None (not kept here).
+    fn lookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        guard(|| Ok(self.lookup_py(py, key)?.unwrap_or_else(|| py.None())))
+    }
+
+    /// get on one server, all in one call: a hit, or the server's value (filled in on the
+    /// way when the key is kept here); False once when the near cache has just been turned
+    /// off (the caller warns and reads the server itself).
+    fn get(&self, py: Python<'_>, client: &Bound<'_, Client>, key: &str) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let client = client.get();
+            match self.find_waiting(py, key.as_bytes(), true)? {
+                Found::Hit(value) => Ok(value.into_any().unbind()),
+                Found::Miss(token) => self.fill_sync(py, client, key.as_bytes(), token),
+                Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
+                Found::NotKept => {
+                    let mut cmd = redis::cmd("GET");
+                    cmd.arg(key);
+                    reply::to_py(py, client.call_sync(py, &Request::Cmd(cmd))?)
+                }
+            }
+        })
+    }
+
+    /// `get` from an event loop on one server: a hit (awaitable at once), or the awaitable of
+    /// the server's reply (a fill, installed when it is converted); False once when the near
+    /// cache has just been turned off.
+    fn aget(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        key: &str,
+        bridge: Py<Bridge>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let client = client.get();
+            match self.find(py, key.as_bytes())? {
+                Found::Hit(value) => {
+                    Ok(Py::new(py, Ready { value: value.into_any().unbind() })?.into_any())
+                }
+                Found::Miss(token) => {
+                    let mut pipe = Pipeline::with_capacity(2);
+                    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+                    let finish = self.fill_finish(key.as_bytes(), token);
+                    let pending =
+                        match client.run_async(py, bridge, Request::Pipe(pipe), reply::to_py) {
+                            Ok(pending) => pending,
+                            Err(err) => {
+                                self.near.store.cancel(key.as_bytes(), token);
+                                return Err(err);
+                            }
+                        };
+                    Ok(Py::new(py, pending.with_finish(finish))?.into_any())
+                }
+                Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
+                Found::NotKept => {
+                    let mut cmd = redis::cmd("GET");
+                    cmd.arg(key);
+                    let pending = client.run_async(py, bridge, Request::Cmd(cmd), reply::to_py)?;
+                    Ok(Py::new(py, pending)?.into_any())
+                }
+            }
+        })
+    }
+
+    /// Seconds between a fill's reply and its install (0 unless a test widens the race).
+    #[getter]
+    fn fill_delay(&self) -> f64 {
+        Duration::from_nanos(self.fill_delay_ns.load(Ordering::Relaxed)).as_secs_f64()
+    }
+
+    /// Wait this long between a fill's reply and its install (tests widen the race with it).
+    #[setter]
+    fn set_fill_delay(&self, seconds: f64) {
+        let ns = Duration::from_secs_f64(seconds.max(0.0)).as_nanos();
+        self.fill_delay_ns.store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Like `lookup`, but a hit comes back awaitable (`Ready`).
+    fn alookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let Some(found) = self.lookup_py(py, key)? else { return Ok(py.None()) };
+            if found.bind(py).is_instance_of::<PyBytes>() {
+                return Ok(Py::new(py, Ready { value: found })?.into_any());
+            }
+            Ok(found)
+        })
+    }
+
+    /// `lookup` for each key (one call for get_many), and whether every key was a hit; the
+    /// list is None when no key is kept here.
+    fn lookup_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<(Option<Bound<'py, PyList>>, bool)> {
+        guard(|| {
+            let out = PyList::empty(py);
+            let (mut any, mut all_hits) = (false, true);
+            for key in keys.try_iter()? {
+                let found = self.lookup_py(py, &key?)?;
+                any |= found.is_some();
+                all_hits &= found.as_ref().is_some_and(|f| f.bind(py).is_instance_of::<PyBytes>());
+                out.append(found.unwrap_or_else(|| py.None()))?;
+            }
+            Ok((any.then_some(out), all_hits))
+        })
+    }
+
+    /// Whether a servable value of `key` is kept here (has_key's hit; registers no fill).
+    fn has(&self, key: &Bound<'_, PyAny>) -> bool {
+        let near = &self.near;
+        key_bytes(key).is_some_and(|k| {
+            near.tracks(k) && near.enabled() && near.gate() && near.store.contains(k)
+        })
+    }
+
+    /// Why a server refused client tracking (empty if none did).
+    fn refusal(&self) -> String {
+        self.near.refusal()
+    }
+
+    /// Install a fill's reply (value None: the key is absent) unless an invalidation or a
+    /// flush killed its token; `pttl` is the key's PTTL from the same round trip.
+    fn install(&self, key: &Bound<'_, PyAny>, token: u64, value: Option<&[u8]>, pttl: i64) -> bool {
+        let Some(key) = key_bytes(key) else { return false };
+        match value {
+            Some(value) => self.near.store.install(key, Token(token), value, pttl),
+            None => {
+                self.near.store.cancel(key, Token(token));
+                false
+            }
+        }
+    }
+
+    /// Forget a fill whose request failed.
+    fn cancel(&self, key: &Bound<'_, PyAny>, token: u64) {
+        if let Some(key) = key_bytes(key) {
+            self.near.store.cancel(key, Token(token));
+        }
+    }
+
+    /// Before (and after) this process writes: drop the tracked keys a command names, or
+    /// everything for FLUSHDB / FLUSHALL / SWAPDB. Return whether anything tracked was named.
+    fn forget(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| self.forget_command(command))
+    }
+
+    /// `forget` for each command of a pipeline.
+    fn forget_all(&self, commands: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| {
+            let mut any = false;
+            for command in commands.try_iter()? {
+                any |= self.forget_command(&command?)?;
+            }
+            Ok(any)
+        })
+    }
+
+    /// Drop these keys (a set or set_many of them); whether any is kept here.
+    fn forget_keys(&self, keys: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(|| {
+            let mut any = false;
+            for key in keys.try_iter()? {
+                let key = key?;
+                if let Some(bytes) = key_bytes(&key) {
+                    if self.near.tracks(bytes) {
+                        self.near.store.invalidate(bytes);
+                        any = true;
+                    }
+                }
+            }
+            Ok(any)
+        })
+    }
+
+    /// Drop everything; `reason` is a flush reason of `stats()` ("own", "topology", "fork").
+    fn flush(&self, reason: &str) -> PyResult<()> {
+        let why = Flush::ALL
+            .iter()
+            .find(|(_, name)| *name == reason)
+            .map(|(why, _)| *why)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown flush reason {reason:?}")))?;
+        self.near.store.flush(why);
+        Ok(())
+    }
+
+    /// Counters and sizes, as a plain dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.near.store.stats;
+        let out = PyDict::new(py);
+        let counters = [
+            ("hits", &s.hits),
+            ("misses", &s.misses),
+            ("installs", &s.installs),
+            ("fills_dropped", &s.fills_dropped),
+            ("too_large", &s.too_large),
+            ("invalidations", &s.invalidations),
+            ("evictions", &s.evictions),
+            ("expired", &s.expired),
+            ("gate_trips", &s.gate_trips),
+            ("gate_refusals", &s.gate_refusals),
+        ];
+        for (name, counter) in counters {
+            out.set_item(name, counter.load(Ordering::Relaxed))?;
+        }
+        let flushes = PyDict::new(py);
+        for (i, (_, name)) in Flush::ALL.iter().enumerate() {
+            flushes.set_item(*name, s.flushes[i].load(Ordering::Relaxed))?;
+        }
+        out.set_item("flushes", flushes)?;
+        let (bytes, entries, pending, epoch) = self.near.store.size();
+        out.set_item("bytes", bytes)?;
+        out.set_item("entries", entries)?;
+        out.set_item("fills_in_flight", pending)?;
+        out.set_item("epoch", epoch)?;
+        out.set_item("serving", self.near.serving())?;
+        out.set_item("enabled", self.near.enabled())?;
+        Ok(out)
+    }
+}

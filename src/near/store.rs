@@ -1,0 +1,523 @@
+//! The near cache's local store: encoded values by server key, bounded in bytes with LRU
+//! eviction, each with a local expiry; the fill tokens that keep a reply an invalidation
+//! overtook from being installed; and the liveness gate.
+//!
+//! Everything here runs without the GIL: the tracking task applies invalidations directly,
+//! and Python only ever copies a value out (`get`) or in (`install`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Nanoseconds on a monotonic clock (since the first call; never 0 after it).
+pub fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1)
+}
+
+/// What the store keeps per entry besides its bytes (the key is held twice: in the map and in
+/// the entry), for the map slot and the list links: used
+/// in the byte bound so that many tiny values cannot outgrow it.
+const ENTRY_OVERHEAD: usize = 96;
+/// Fills that never reported back (a cancelled task) are forgotten past this many.
+const MAX_PENDING: usize = 100_000;
+const NIL: usize = usize::MAX;
+
+/// Why everything was dropped at once; the index into `Stats::flushes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// The server said so: FLUSHDB, FLUSHALL, SWAPDB, a replica's resync (a null invalidation).
+    Server,
+    /// The tracking connection was (re)established: anything from before may have been missed.
+    Connect,
+    /// The tracking connection was lost.
+    Disconnect,
+    /// This process flushed the database itself (clear, FLUSHDB through the cache).
+    Own,
+    /// The nodes to track changed (a failover, a new slot map).
+    Topology,
+    /// A forked child starts empty.
+    Fork,
+    /// The database under the tracking connection changed without a message (SWAPDB).
+    Swapped,
+}
+
+impl Flush {
+    /// Every reason, in `Stats::flushes` order, with its name for `near_cache_stats()`.
+    pub const ALL: [(Flush, &'static str); 7] = [
+        (Flush::Server, "server"),
+        (Flush::Connect, "connect"),
+        (Flush::Disconnect, "disconnect"),
+        (Flush::Own, "own"),
+        (Flush::Topology, "topology"),
+        (Flush::Fork, "fork"),
+        (Flush::Swapped, "swapped"),
+    ];
+
+    fn index(self) -> usize {
+        Flush::ALL.iter().position(|(f, _)| *f == self).unwrap_or(0)
+    }
+}
+
+/// Counters, read without a lock.
+#[derive(Default)]
+pub struct Stats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub installs: AtomicU64,
+    /// Fills whose token an invalidation or a flush killed before the reply was installed.
+    pub fills_dropped: AtomicU64,
+    /// Values over MAX_VALUE_BYTES, fetched but not kept.
+    pub too_large: AtomicU64,
+    /// Keys named by the server's invalidation messages.
+    pub invalidations: AtomicU64,
+    pub evictions: AtomicU64,
+    pub expired: AtomicU64,
+    /// Times the gate was found shut after having been open (a hit refused for staleness).
+    pub gate_trips: AtomicU64,
+    /// Lookups of a present entry refused because the gate was shut.
+    pub gate_refusals: AtomicU64,
+    pub flushes: [AtomicU64; 7],
+}
+
+/// Limits from OPTIONS["NEAR_CACHE"].
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_bytes: usize,
+    pub max_value_bytes: usize,
+    pub max_ttl_ns: u64,
+}
+
+struct Node {
+    key: Box<[u8]>,
+    value: Box<[u8]>,
+    expires_ns: u64,
+    prev: usize,
+    next: usize,
+}
+
+/// The part behind the lock.
+struct Inner {
+    map: HashMap<Box<[u8]>, usize>,
+    /// Entries in a slab, linked most recently used first.
+    nodes: Vec<Node>,
+    free: Vec<usize>,
+    head: usize,
+    tail: usize,
+    bytes: usize,
+    /// Fills in flight: key -> (token, when it was first registered, fills sharing it). An
+    /// invalidation of the key removes it; a flush clears all.
+    pending: HashMap<Box<[u8]>, (u64, u64, u32)>,
+    next_token: u64,
+    /// Bumped by every flush: a token from an older epoch never installs.
+    epoch: u64,
+    /// Callers in `wait_for_fill`: only then is ending a fill signalled.
+    waiters: usize,
+}
+
+/// What a lookup found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got {
+    /// A value was copied out.
+    Hit,
+    /// Nothing servable: a fill was registered under this token.
+    Miss(Token),
+    /// Nothing servable, and another caller's fill of the key is in flight: wait for it.
+    Busy,
+}
+
+/// A fill's claim: installable while the key's token and the epoch are still these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Token(pub u64);
+
+/// The bounded byte store.
+pub struct Store {
+    limits: Limits,
+    inner: Mutex<Inner>,
+    /// Signalled when fills end while callers wait for them (`wait_for_fill`).
+    filled: Condvar,
+    pub stats: Stats,
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new(limits: Limits) -> Self {
+        Store {
+            limits,
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                nodes: Vec::new(),
+                free: Vec::new(),
+                head: NIL,
+                tail: NIL,
+                bytes: 0,
+                pending: HashMap::new(),
+                next_token: 1,
+                epoch: 0,
+                waiters: 0,
+            }),
+            filled: Condvar::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves a consistent map (no partial updates escape
+        // a method), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The value of `key` copied out (and marked most recently used) when `serve` allows a
+    /// hit and it has not expired; otherwise register a fill and return its token, or, when
+    /// `may_wait` and another fill of the key is in flight, register nothing (`Busy`).
+    pub fn lookup(&self, key: &[u8], serve: bool, may_wait: bool, copy: impl FnOnce(&[u8])) -> Got {
+        let now = now_ns();
+        let mut inner = self.lock();
+        if let Some(&idx) = inner.map.get(key) {
+            if inner.nodes[idx].expires_ns <= now {
+                inner.remove(idx);
+                self.stats.expired.fetch_add(1, Ordering::Relaxed);
+            } else if serve {
+                inner.touch(idx);
+                copy(&inner.nodes[idx].value);
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Got::Hit;
+            } else {
+                self.stats.gate_refusals.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if may_wait && serve && inner.pending.contains_key(key) {
+            return Got::Busy;
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        Got::Miss(inner.register(key, now))
+    }
+
+    /// Wait (at most `limit`, without the GIL) until no fill of `key` is in flight.
+    pub fn wait_for_fill(&self, key: &[u8], limit: Duration) {
+        let mut inner = self.lock();
+        inner.waiters += 1;
+        let (mut inner, _) = self
+            .filled
+            .wait_timeout_while(inner, limit, |i| i.pending.contains_key(key))
+            .unwrap_or_else(PoisonError::into_inner);
+        inner.waiters -= 1;
+    }
+
+    /// Whether `key` has a present, unexpired value (a hit, counted as one; nothing is
+    /// registered otherwise).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let now = now_ns();
+        let inner = self.lock();
+        let found = inner.map.get(key).is_some_and(|&idx| inner.nodes[idx].expires_ns > now);
+        if found {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// Install a fill's reply if its token survived; `pttl_ms` is the key's PTTL from the same
+    /// round trip (-1: no expiry). Return whether it was installed.
+    pub fn install(&self, key: &[u8], token: Token, value: &[u8], pttl_ms: i64) -> bool {
+        let mut inner = self.lock();
+        let registered = match inner.pending.get(key) {
+            Some(&(t, at, _)) if t == token.0 => at,
+            _ => {
+                self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        };
+        inner.release(key);
+        self.wake(&inner);
+        let ttl_ns = match pttl_ms {
+            -1 => self.limits.max_ttl_ns,
+            ms if ms > 0 => self.limits.max_ttl_ns.min(ms.unsigned_abs().saturating_mul(1_000_000)),
+            // Gone (-2) or expiring now: between our GET and PTTL someone deleted it.
+            _ => return false,
+        };
+        if value.len() > self.limits.max_value_bytes {
+            self.stats.too_large.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let size = 2 * key.len() + value.len() + ENTRY_OVERHEAD;
+        if size > self.limits.max_bytes {
+            self.stats.too_large.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if let Some(&idx) = inner.map.get(key) {
+            inner.remove(idx);
+        }
+        while inner.bytes + size > self.limits.max_bytes && inner.tail != NIL {
+            let tail = inner.tail;
+            inner.remove(tail);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        // The PTTL was read after the fill was registered: counting from then, the local copy
+        // never outlives the server's.
+        inner.insert(key.into(), value.into(), registered.saturating_add(ttl_ns), size);
+        self.stats.installs.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Forget a fill that will not report back (its request failed).
+    pub fn cancel(&self, key: &[u8], token: Token) {
+        let mut inner = self.lock();
+        if inner.pending.get(key).is_some_and(|&(t, _, _)| t == token.0) {
+            inner.release(key);
+            self.wake(&inner);
+        }
+    }
+
+    /// Drop `key` and kill its fill in flight; return whether anything was there.
+    pub fn invalidate(&self, key: &[u8]) -> bool {
+        let mut inner = self.lock();
+        let pending = inner.pending.remove(key).is_some();
+        self.wake(&inner);
+        match inner.map.get(key) {
+            Some(&idx) => {
+                inner.remove(idx);
+                true
+            }
+            None => pending,
+        }
+    }
+
+    /// Drop keys named by the server's invalidation message.
+    pub fn invalidate_from_server<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
+        let mut inner = self.lock();
+        for key in keys {
+            self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
+            inner.pending.remove(key);
+            if let Some(&idx) = inner.map.get(key) {
+                inner.remove(idx);
+            }
+        }
+        self.wake(&inner);
+    }
+
+    /// Drop everything and kill every fill in flight.
+    pub fn flush(&self, why: Flush) {
+        let mut inner = self.lock();
+        inner.map.clear();
+        inner.nodes.clear();
+        inner.free.clear();
+        inner.head = NIL;
+        inner.tail = NIL;
+        inner.bytes = 0;
+        inner.pending.clear();
+        inner.epoch = inner.epoch.wrapping_add(1);
+        self.stats.flushes[why.index()].fetch_add(1, Ordering::Relaxed);
+        self.wake(&inner);
+    }
+
+    /// Let callers waiting for a fill look again (they run once the lock is released).
+    fn wake(&self, inner: &Inner) {
+        if inner.waiters > 0 {
+            self.filled.notify_all();
+        }
+    }
+
+    /// (bytes, entries, fills in flight, flush epoch).
+    pub fn size(&self) -> (usize, usize, usize, u64) {
+        let inner = self.lock();
+        (inner.bytes, inner.map.len(), inner.pending.len(), inner.epoch)
+    }
+}
+
+impl Inner {
+    fn register(&mut self, key: &[u8], now: u64) -> Token {
+        if self.pending.len() >= MAX_PENDING {
+            // Abandoned fills (cancelled awaits): forgetting them all only costs a few installs.
+            self.pending.clear();
+        }
+        // Concurrent fills of one key share its token: each is then killed by any invalidation
+        // since the first registered (stricter than since its own), and one installing does
+        // not make the others' replies look overtaken.
+        if let Some(entry) = self.pending.get_mut(key) {
+            entry.2 += 1;
+            return Token(entry.0);
+        }
+        // Tokens are unique for the store's life, so clearing `pending` (a flush) is enough to
+        // kill every older one; the epoch is kept for the stats.
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending.insert(key.into(), (token, now, 1));
+        Token(token)
+    }
+
+    /// One fill sharing the key's token is done: forget the token after the last.
+    fn release(&mut self, key: &[u8]) {
+        if let Some(entry) = self.pending.get_mut(key) {
+            entry.2 -= 1;
+            if entry.2 == 0 {
+                self.pending.remove(key);
+            }
+        }
+    }
+
+    fn unlink(&mut self, idx: usize) {
+        let (prev, next) = (self.nodes[idx].prev, self.nodes[idx].next);
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.nodes[prev].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.nodes[next].prev = prev;
+        }
+    }
+
+    fn push_front(&mut self, idx: usize) {
+        self.nodes[idx].prev = NIL;
+        self.nodes[idx].next = self.head;
+        if self.head != NIL {
+            self.nodes[self.head].prev = idx;
+        }
+        self.head = idx;
+        if self.tail == NIL {
+            self.tail = idx;
+        }
+    }
+
+    fn touch(&mut self, idx: usize) {
+        if self.head != idx {
+            self.unlink(idx);
+            self.push_front(idx);
+        }
+    }
+
+    fn remove(&mut self, idx: usize) {
+        self.unlink(idx);
+        let node = &mut self.nodes[idx];
+        let key = std::mem::take(&mut node.key);
+        let value = std::mem::take(&mut node.value);
+        self.bytes -= 2 * key.len() + value.len() + ENTRY_OVERHEAD;
+        self.map.remove(&key);
+        self.free.push(idx);
+    }
+
+    fn insert(&mut self, key: Box<[u8]>, value: Box<[u8]>, expires_ns: u64, size: usize) {
+        let node = Node { key: key.clone(), value, expires_ns, prev: NIL, next: NIL };
+        let idx = match self.free.pop() {
+            Some(idx) => {
+                self.nodes[idx] = node;
+                idx
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        };
+        self.push_front(idx);
+        self.map.insert(key, idx);
+        self.bytes += size;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(max_bytes: usize) -> Store {
+        Store::new(Limits { max_bytes, max_value_bytes: 1000, max_ttl_ns: 60_000_000_000 })
+    }
+
+    fn get(s: &Store, key: &[u8]) -> Result<Vec<u8>, Token> {
+        let mut out = Vec::new();
+        match s.lookup(key, true, false, |v| out = v.to_vec()) {
+            Got::Hit => Ok(out),
+            Got::Miss(token) => Err(token),
+            Got::Busy => panic!("busy without waiting"),
+        }
+    }
+
+    #[test]
+    fn a_fill_installs_and_hits() {
+        let s = store(10_000);
+        let Err(token) = get(&s, b"k") else { panic!("hit in an empty store") };
+        assert!(s.install(b"k", token, b"v", -1));
+        assert_eq!(get(&s, b"k"), Ok(b"v".to_vec()));
+    }
+
+    #[test]
+    fn an_invalidation_kills_the_fill_in_flight() {
+        let s = store(10_000);
+        let Err(token) = get(&s, b"k") else { panic!() };
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        assert!(!s.install(b"k", token, b"old", -1));
+        assert!(get(&s, b"k").is_err());
+    }
+
+    #[test]
+    fn a_flush_kills_every_fill_in_flight() {
+        let s = store(10_000);
+        let Err(token) = get(&s, b"k") else { panic!() };
+        s.flush(Flush::Server);
+        assert!(!s.install(b"k", token, b"old", -1));
+        assert_eq!(s.stats.fills_dropped.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn concurrent_fills_share_a_token_and_all_install() {
+        let s = store(10_000);
+        let Err(a) = get(&s, b"k") else { panic!() };
+        let Err(b) = get(&s, b"k") else { panic!() };
+        assert_eq!(a, b);
+        assert!(s.install(b"k", a, b"v", -1));
+        assert!(s.install(b"k", b, b"v", -1));
+        assert_eq!(s.size().2, 0); // no token left behind
+        assert_eq!(s.stats.fills_dropped.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_invalidation_kills_every_fill_sharing_the_token() {
+        let s = store(10_000);
+        let Err(a) = get(&s, b"k") else { panic!() };
+        let Err(b) = get(&s, b"k") else { panic!() };
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        assert!(!s.install(b"k", a, b"old", -1));
+        assert!(!s.install(b"k", b, b"old", -1));
+    }
+
+    #[test]
+    fn a_caller_that_may_wait_is_told_a_fill_is_in_flight() {
+        let s = store(10_000);
+        let Err(token) = get(&s, b"k") else { panic!() };
+        assert_eq!(s.lookup(b"k", true, true, |_| {}), Got::Busy);
+        assert!(s.install(b"k", token, b"v", -1));
+        s.wait_for_fill(b"k", Duration::from_secs(5)); // returns at once: nothing in flight
+        let mut out = Vec::new();
+        assert_eq!(s.lookup(b"k", true, true, |v| out = v.to_vec()), Got::Hit);
+        assert_eq!(out, b"v");
+    }
+
+    #[test]
+    fn least_recently_used_goes_first() {
+        let per = 2 + 10 + ENTRY_OVERHEAD;
+        let s = store(per * 2);
+        for key in [b"a", b"b"] {
+            let Err(t) = get(&s, key) else { panic!() };
+            assert!(s.install(key, t, b"0123456789", -1));
+        }
+        assert!(get(&s, b"a").is_ok()); // b is now the least recently used
+        let Err(t) = get(&s, b"c") else { panic!() };
+        assert!(s.install(b"c", t, b"0123456789", -1));
+        assert!(get(&s, b"a").is_ok());
+        assert!(get(&s, b"b").is_err());
+        assert!(s.size().0 <= per * 2);
+    }
+
+    #[test]
+    fn gone_or_oversized_values_are_not_kept() {
+        let s = store(10_000);
+        let Err(t) = get(&s, b"k") else { panic!() };
+        assert!(!s.install(b"k", t, b"v", -2));
+        let Err(t) = get(&s, b"k") else { panic!() };
+        assert!(!s.install(b"k", t, &[0; 1001], -1));
+        assert_eq!(s.size().1, 0);
+    }
+}

@@ -1,0 +1,420 @@
+//! The tracking connections that keep the near cache coherent, and the liveness gate.
+//!
+//! One RESP3 connection per tracked server (`HELLO 3`, then `CLIENT TRACKING ON BCAST PREFIX
+//! ...`), on the I/O runtime. redis-rs hands each push frame to our sender from its reader, in
+//! the order the frames arrived and before any later reply is delivered, so invalidations are
+//! applied to the store without the GIL and without a queue.
+//!
+//! The gate: the task pings every MAX_STALE_MS / 4. The connection is ordered, so when the
+//! reply to a PING sent at time t arrives, every invalidation the server generated before t
+//! has been applied. A hit is served only while now - t < MAX_STALE_MS for the last answered
+//! PING of every tracked server. A (re)connection flushes the store once tracking is on, and
+//! only then opens the gate; a lost connection shuts it and flushes.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::{AsyncConnectionConfig, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
+use tokio::task::JoinHandle;
+
+use crate::errors::{Error, Result};
+use crate::near::store::{now_ns, Flush, Store};
+use crate::runtime;
+use crate::transport::{tls_client, TlsOptions};
+
+/// How a tracking connection reaches its server: what the data connections use.
+#[derive(Clone)]
+pub struct Source {
+    pub info: ConnectionInfo,
+    pub tls: TlsOptions,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub addr: Arc<str>,
+    /// Watch for SWAPDB with a marker key (not on a cluster: no SWAPDB, and the key could
+    /// belong to another node's slots).
+    pub check_db: bool,
+}
+
+impl Source {
+    /// A redis-rs client for it that speaks RESP3.
+    fn client(&self) -> Result<redis::Client> {
+        let settings = self.info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let info = self.info.clone().set_redis_settings(settings);
+        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return tls_client(info, self.tls.clone(), &self.addr);
+        }
+        redis::Client::open(info).map_err(|e| {
+            Error::Config(format!("invalid LOCATION for {}: {}", self.addr, e.category()))
+        })
+    }
+}
+
+/// Whether tracking works.
+const ACTIVE: u8 = 0;
+/// A server refused it; the warning has not been given yet.
+const REFUSED: u8 = 1;
+/// A server refused it and the warning was given: the near cache is off.
+const OFF: u8 = 2;
+
+/// The tracked servers of one near cache.
+struct Trackers {
+    sources: Vec<Arc<Source>>,
+    /// Bumped when the set changes: an older task's answers no longer move the gate.
+    set_id: u64,
+    /// Per server, the send time of its last answered PING (0: none since it connected).
+    answered: Arc<Vec<AtomicU64>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A near cache: its store, its tracking connections and its gate.
+pub struct Near {
+    pub store: Store,
+    /// Server key prefixes kept locally (and tracked).
+    pub prefixes: Vec<Box<[u8]>>,
+    max_stale_ns: u64,
+    /// Hits are served while `now_ns()` is below this.
+    gate_until: AtomicU64,
+    gate_open: AtomicBool,
+    state: AtomicU8,
+    refusal: Mutex<String>,
+    started: AtomicBool,
+    trackers: Mutex<Trackers>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Near {
+    /// A near cache tracking nothing yet.
+    pub fn new(store: Store, prefixes: Vec<Box<[u8]>>, max_stale: Duration) -> Self {
+        Near {
+            store,
+            prefixes,
+            max_stale_ns: u64::try_from(max_stale.as_nanos()).unwrap_or(u64::MAX),
+            gate_until: AtomicU64::new(0),
+            gate_open: AtomicBool::new(false),
+            state: AtomicU8::new(ACTIVE),
+            refusal: Mutex::new(String::new()),
+            started: AtomicBool::new(false),
+            trackers: Mutex::new(Trackers {
+                sources: Vec::new(),
+                set_id: 0,
+                answered: Arc::new(Vec::new()),
+                tasks: Vec::new(),
+            }),
+        }
+    }
+
+    /// Whether a server key is one this cache keeps.
+    #[inline]
+    pub fn tracks(&self, key: &[u8]) -> bool {
+        self.prefixes.iter().any(|p| key.starts_with(p))
+    }
+
+    /// Whether tracking is (still) possible; the first call after a refusal returns the
+    /// reason once, for the one warning.
+    pub fn usable(&self) -> std::result::Result<(), Option<String>> {
+        match self.state.load(Ordering::Acquire) {
+            ACTIVE => Ok(()),
+            REFUSED => {
+                if self.state.swap(OFF, Ordering::AcqRel) == REFUSED {
+                    return Err(Some(locked(&self.refusal).clone()));
+                }
+                Err(None)
+            }
+            _ => Err(None),
+        }
+    }
+
+    /// Why a server refused tracking ("" if none did).
+    pub fn refusal(&self) -> String {
+        locked(&self.refusal).clone()
+    }
+
+    /// Whether the gate is open (for stats: counts nothing).
+    pub fn serving(&self) -> bool {
+        now_ns() < self.gate_until.load(Ordering::Acquire)
+    }
+
+    /// Whether no server refused tracking.
+    pub fn enabled(&self) -> bool {
+        self.state.load(Ordering::Acquire) == ACTIVE
+    }
+
+    /// Whether a hit may be served now (counting a trip when the gate is found shut).
+    #[inline]
+    pub fn gate(&self) -> bool {
+        if now_ns() < self.gate_until.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.gate_open.swap(false, Ordering::AcqRel) {
+            self.store.stats.gate_trips.fetch_add(1, Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// Start the tracking connections, once (the first lookup does).
+    #[inline]
+    pub fn start(self: &Arc<Self>) -> Result<()> {
+        // A plain load first: every lookup passes here, and a swap would bounce the cache line
+        // between the threads that read.
+        if self.started.load(Ordering::Acquire) || self.started.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let mut trackers = locked(&self.trackers);
+        self.spawn(&mut trackers)
+    }
+
+    /// Track these servers from now on (a failover, a new slot map): flush, and restart.
+    pub fn track(self: &Arc<Self>, sources: Vec<Source>) -> Result<()> {
+        let mut trackers = locked(&self.trackers);
+        for task in trackers.tasks.drain(..) {
+            task.abort();
+        }
+        trackers.sources = sources.into_iter().map(Arc::new).collect();
+        trackers.set_id += 1;
+        trackers.answered = Arc::new(trackers.sources.iter().map(|_| AtomicU64::new(0)).collect());
+        self.gate_until.store(0, Ordering::Release);
+        self.store.flush(Flush::Topology);
+        if self.started.load(Ordering::Acquire) {
+            self.spawn(&mut trackers)?;
+        }
+        Ok(())
+    }
+
+    fn spawn(self: &Arc<Self>, trackers: &mut Trackers) -> Result<()> {
+        let rt = runtime::get()?;
+        for (idx, source) in trackers.sources.iter().enumerate() {
+            let task = run(Arc::clone(self), Arc::clone(source), idx, trackers.set_id);
+            trackers.tasks.push(rt.spawn(task));
+        }
+        Ok(())
+    }
+
+    /// Record that server `idx` of set `set_id` answered a PING sent at `sent` (0: it is
+    /// not connected), and move the gate to what every server's answers allow.
+    fn answered(&self, set_id: u64, idx: usize, sent: u64) {
+        let trackers = locked(&self.trackers);
+        if trackers.set_id != set_id {
+            return;
+        }
+        if let Some(slot) = trackers.answered.get(idx) {
+            slot.store(sent, Ordering::Release);
+        }
+        let oldest = trackers.answered.iter().map(|a| a.load(Ordering::Acquire)).min();
+        let until = match oldest {
+            Some(t) if t > 0 => t.saturating_add(self.max_stale_ns),
+            _ => 0,
+        };
+        self.gate_until.store(until, Ordering::Release);
+        if until > 0 {
+            self.gate_open.store(true, Ordering::Release);
+        }
+    }
+
+    /// Apply one push frame from a tracking connection.
+    fn push(&self, set_id: u64, idx: usize, info: PushInfo) {
+        match info.kind {
+            PushKind::Invalidate => match info.data.first() {
+                Some(Value::Array(keys)) => {
+                    let keys = keys.iter().filter_map(|k| match k {
+                        Value::BulkString(b) => Some(b.as_slice()),
+                        _ => None,
+                    });
+                    self.store.invalidate_from_server(keys);
+                }
+                // A null invalidation: FLUSHDB, FLUSHALL, SWAPDB, a replica's full resync.
+                _ => self.store.flush(Flush::Server),
+            },
+            PushKind::Disconnection => self.answered(set_id, idx, 0),
+            _ => {}
+        }
+    }
+
+    fn refuse(&self, reason: String) {
+        *locked(&self.refusal) = reason;
+        // Shut for good: no hit is served, and lookups pass straight through.
+        self.state.store(REFUSED, Ordering::Release);
+        self.gate_until.store(0, Ordering::Release);
+        self.store.flush(Flush::Disconnect);
+    }
+}
+
+/// How a session ended.
+enum End {
+    /// The connection broke or stalled: reconnect.
+    Lost,
+    /// The server does not do tracking (or refused our request): give up.
+    Refused(String),
+}
+
+/// Whether a failed setup means the server cannot track (as opposed to being away).
+fn refusal(err: &redis::RedisError) -> bool {
+    let away = err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal();
+    // Loading, busy, full, demoted or authentication trouble stops the data connections too:
+    // retry.
+    let transient = matches!(
+        err.code(),
+        Some(
+            "LOADING"
+                | "BUSY"
+                | "MASTERDOWN"
+                | "NOAUTH"
+                | "WRONGPASS"
+                | "TRYAGAIN"
+                | "OOM"
+                | "READONLY"
+        )
+    );
+    // Anything else (an error reply, or redis-rs finding RESP3 unsupported) is the server
+    // saying no.
+    !away && !transient
+}
+
+/// How many refused setups in a row turn the near cache off.
+const REFUSALS_BELIEVED: u32 = 3;
+
+/// One tracking connection's life: connect, subscribe, flush, ping; again after a loss.
+async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
+    let client = match source.client() {
+        Ok(client) => client,
+        Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
+    };
+    let mut backoff = Duration::from_millis(50);
+    let mut refusals = 0;
+    loop {
+        let connected = match session(&near, &client, &source, idx, set_id).await {
+            Ok(()) => true,
+            // A refusal may be passing (a full server answers ERR too): believe it when the
+            // server says it again on the next tries.
+            Err(End::Refused(reason)) => {
+                refusals += 1;
+                if refusals >= REFUSALS_BELIEVED {
+                    return near.refuse(reason);
+                }
+                false
+            }
+            Err(End::Lost) => false,
+        };
+        near.answered(set_id, idx, 0);
+        if connected {
+            near.store.flush(Flush::Disconnect);
+            backoff = Duration::from_millis(50);
+            refusals = 0;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Connect and track until the connection is lost; Ok(()) if it had been tracking.
+async fn session(
+    near: &Arc<Near>,
+    client: &redis::Client,
+    source: &Source,
+    idx: usize,
+    set_id: u64,
+) -> std::result::Result<(), End> {
+    let pusher = Arc::clone(near);
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(source.connect_timeout))
+        .set_response_timeout(None)
+        .set_push_sender(move |info: PushInfo| {
+            pusher.push(set_id, idx, info);
+            Ok::<(), redis::aio::SendError>(())
+        });
+    let deadline = source.connect_timeout + source.response_timeout;
+    let marker = marker_key();
+    let setup = async {
+        let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("TRACKING").arg("ON").arg("BCAST");
+        for prefix in &near.prefixes {
+            cmd.arg("PREFIX").arg(&prefix[..]);
+        }
+        cmd.query_async::<Value>(&mut conn).await?;
+        if source.check_db {
+            mark(&mut conn, &marker).await?;
+        }
+        Ok::<_, redis::RedisError>(conn)
+    };
+    let mut conn = match tokio::time::timeout(deadline, setup).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(err)) if refusal(&err) => {
+            return Err(End::Refused(format!(
+                "{} refused client tracking ({})",
+                source.addr,
+                err.code().unwrap_or(err.category())
+            )))
+        }
+        _ => return Err(End::Lost),
+    };
+    // Tracking is on: whatever was kept (or is being filled) from before may have missed an
+    // invalidation.
+    near.store.flush(Flush::Connect);
+    let every = Duration::from_nanos((near.max_stale_ns / 4).max(1_000_000));
+    // A PING not answered within the response timeout (or the gate's own bound, if longer)
+    // means the connection is stuck: drop it, as the gate already has.
+    let patience = source.response_timeout.max(Duration::from_nanos(near.max_stale_ns));
+    let mut marked_at = now_ns();
+    loop {
+        let sent = now_ns();
+        let mut probe = redis::pipe();
+        probe.cmd("PING");
+        if source.check_db {
+            probe.cmd("GET").arg(&marker);
+        } else {
+            probe.cmd("ECHO").arg(&marker);
+        }
+        let reply = tokio::time::timeout(patience, probe.query_async::<(Value, Value)>(&mut conn));
+        let seen = match reply.await {
+            Ok(Ok((_, seen))) => seen,
+            _ => return Ok(()),
+        };
+        if matches!(&seen, Value::BulkString(b) if b.as_slice() == marker.as_bytes()) {
+            near.answered(set_id, idx, sent);
+            if sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
+                marked_at = sent;
+                if mark(&mut conn, &marker).await.is_err() {
+                    return Ok(());
+                }
+            }
+        } else {
+            // Our marker left the database without a flush message: another client ran
+            // SWAPDB (which servers do not signal to tracking clients), or deleted it.
+            near.store.flush(Flush::Swapped);
+            marked_at = now_ns();
+            if mark(&mut conn, &marker).await.is_err() {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// How long the database marker lives without a refresh, and how often it is refreshed.
+const MARK_TTL_MS: u64 = 600_000;
+const MARK_REFRESH_NS: u64 = 60_000_000_000;
+
+/// This connection's database marker: a key of its own whose value is its name.
+fn marker_key() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ns());
+    format!("redoxide:near:{:016x}", h.finish())
+}
+
+/// (Re)write the marker, whose disappearance reveals a SWAPDB.
+async fn mark(
+    conn: &mut redis::aio::MultiplexedConnection,
+    marker: &str,
+) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(marker).arg(marker).arg("PX").arg(MARK_TTL_MS);
+    cmd.query_async::<Value>(conn).await.map(drop)
+}

@@ -1,0 +1,135 @@
+"""The near cache across a failover (Sentinel, Cluster) and the server's own evictions: the
+new primary is tracked, the store is flushed on the switch, and writes made on the new
+primary are read."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redoxide.exceptions import CacheError
+from support.backend import build_cache
+from support.near import after_stale_bound, near_options, serving, wait_for, warm
+from support.servers import Cluster, RedisServer, SentinelSet
+
+
+def _read(cache: Any, key: str) -> Any:
+    """get, or the error class name while the topology settles."""
+    try:
+        return cache.get(key)
+    except CacheError as exc:
+        return type(exc).__name__
+
+
+def _pair(location: Any, options: dict[str, Any]) -> tuple[Any, Any]:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    plain = build_cache(location, {"KEY_PREFIX": prefix, "OPTIONS": options})
+    near = build_cache(
+        location,
+        {"KEY_PREFIX": prefix, "OPTIONS": {**options, "NEAR_CACHE": near_options()}},
+    )
+    return near, plain
+
+
+def _after_switch(near: Any, plain: Any, keys: list[str]) -> None:
+    """Write new values on the new primary; the near cache must read them."""
+    wait_for("writes on the new primary", lambda: _write_all(plain, keys), timeout=30)
+    after_stale_bound()
+    wait_for("reads after the switch", lambda: _read(near, keys[0]) == "new", timeout=30)
+    for key in keys:
+        assert _read(near, key) == "new"
+    assert near.near_cache_stats()["flushes"]["topology"] >= 2  # the first nodes, the new ones
+    serving(near)
+    assert warm(near, keys[0]) == "new"
+
+
+def _write_all(cache: Any, keys: list[str]) -> bool:
+    try:
+        cache.set_many({k: "new" for k in keys})
+    except CacheError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_sentinel_failover_tracks_the_new_primary() -> None:
+    with SentinelSet() as sset:
+        options = {"SENTINELS": sset.sentinel_addresses, "SOCKET_TIMEOUT": 0.5,
+                   "SOCKET_CONNECT_TIMEOUT": 0.5}  # fmt: skip
+        near, plain = _pair(f"redis://{sset.service}/0", options)
+        keys = [f"cfg:{i}" for i in range(5)]
+        plain.set_many({k: "old" for k in keys})
+        assert warm(near, keys[0]) == "old"
+        old_port = sset.current_primary_port()
+        sset.node_for_port(old_port).kill()
+        deadline = time.monotonic() + 30
+        while sset.current_primary_port() == old_port:
+            assert time.monotonic() < deadline, "sentinels did not fail over"
+            time.sleep(0.05)
+        _after_switch(near, plain, keys)
+
+
+@pytest.mark.slow
+def test_cluster_failover_tracks_the_promoted_primary() -> None:
+    with Cluster() as own:
+        options = {"CLUSTER": True, "SOCKET_TIMEOUT": 0.5, "SOCKET_CONNECT_TIMEOUT": 0.5}
+        near, plain = _pair(own.urls, options)
+        keys = [f"cfg:{i}" for i in range(20)]
+        plain.set_many({k: "old" for k in keys})
+        serving(near)
+        assert near.get_many(keys) == {k: "old" for k in keys}
+        own.primaries()[0].kill()
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "no replica was promoted"
+            try:
+                own.wait_ok(timeout=0.2)
+                if len(own.primaries()) == 3:
+                    break
+            except RuntimeError:
+                pass
+        _after_switch(near, plain, keys)
+
+
+@pytest.mark.slow
+def test_a_slot_moved_between_primaries_stays_coherent() -> None:
+    from redoxide._redoxide import key_slot
+
+    with Cluster() as own:
+        near, plain = _pair(own.urls, {"CLUSTER": True})
+        plain.set("cfg:moving", "old")
+        serving(near)
+        assert warm(near, "cfg:moving") == "old"
+        made = near.make_and_validate_key("cfg:moving")
+        own.migrate(key_slot(made), [made], finish=True)
+        # Written on the new owner, which this process tracks as well (BCAST on every primary).
+        wait_for("a write on the new owner", lambda: _write_all(plain, ["cfg:moving"]))
+        after_stale_bound()
+        assert _read(near, "cfg:moving") == "new"
+        assert warm(near, "cfg:moving") == "new"
+        plain.set("cfg:moving", "newer")
+        after_stale_bound()
+        assert near.get("cfg:moving") == "newer"
+
+
+def test_keys_the_server_evicts_are_dropped(make_near: Callable[..., Any]) -> None:
+    import redis
+
+    with RedisServer("--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru") as server:
+        cache = make_near(server.url)
+        cache.set("cfg:a", "kept")
+        assert warm(cache, "cfg:a") == "kept"
+        writer = redis.Redis(port=server.port)
+        made = cache.make_and_validate_key("cfg:a")
+        i = 0
+        while writer.exists(made):
+            writer.set(f"flood:{i}", b"z" * 10_000)
+            i += 1
+            assert i < 100_000, "the server never evicted the key"
+        after_stale_bound()
+        assert cache.get("cfg:a") is None
+        assert cache.near_cache_stats()["invalidations"] >= 1
+        writer.close()

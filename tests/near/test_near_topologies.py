@@ -1,0 +1,53 @@
+"""The near cache on every topology: tracking on the primary (or each cluster primary),
+fills read from it, another client's writes seen within the stale bound."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from support.backend import build_cache, topology_settings
+from support.dispatch import Ops
+from support.near import after_stale_bound, near_options, serving, stop_tracking
+
+
+def _pair(topology: str, request: pytest.FixtureRequest) -> tuple[Any, Any]:
+    """A near-cached cache and a plain one (the other client) on the same keys."""
+    settings = topology_settings(topology, request)
+    options = dict(settings.get("OPTIONS", {}))
+    if topology == "replicas":
+        options["READ_FROM_REPLICAS"] = True  # fills still read the primary
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    plain = build_cache(settings["LOCATION"], {"KEY_PREFIX": prefix, "OPTIONS": options})
+    near = build_cache(
+        settings["LOCATION"],
+        {"KEY_PREFIX": prefix, "OPTIONS": {**options, "NEAR_CACHE": near_options()}},
+    )
+    return near, plain
+
+
+@pytest.mark.parametrize("topology", ["cluster", "sentinel", "replicas"])
+def test_writes_by_another_client_are_seen_on_every_topology(
+    topology: str, request: pytest.FixtureRequest, mode: str
+) -> None:
+    near, plain = _pair(topology, request)
+    try:
+        ops = Ops(near, mode)
+        keys = [f"cfg:{i}" for i in range(20)]  # spread over the cluster's slots
+        plain.set_many({k: 1 for k in keys})
+        serving(near)
+        assert ops.get_many(keys) == {k: 1 for k in keys}
+        assert ops.get_many(keys) == {k: 1 for k in keys}
+        stats = near.near_cache_stats()
+        assert stats["hits"] >= 20, stats
+        plain.set_many({k: 2 for k in keys})
+        plain.delete("cfg:0")
+        after_stale_bound()
+        assert ops.get("cfg:0") is None
+        assert ops.get_many(keys) == {k: 2 for k in keys[1:]}
+        assert ops.get("cfg:5") == 2
+        assert near.near_cache_stats()["invalidations"] >= 20
+        plain.delete_many(keys)
+    finally:
+        stop_tracking(near)
