@@ -20,6 +20,7 @@ older than an invalidation the primary has already sent.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -33,6 +34,19 @@ __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
+
+#: Every near cache of the process (they live as long as it does: see `near_client`).
+_every: tuple[NearClient, ...] = ()
+
+
+def _forget_everywhere(method: str, what: Any) -> bool:
+    """Drop the tracked keys `what` names from every near cache of the process; whether any
+    keeps them. Two caches over one server (two aliases, two VERSIONs) each have a store of
+    their own, and a process must read its own writes whichever alias made them."""
+    found = False
+    for client in _every:
+        found |= getattr(client._store, method)(what)
+    return found
 
 
 def tracked_prefixes(
@@ -85,6 +99,8 @@ class NearClient:
         else:
             self._follow()
         track(self)
+        global _every
+        _every = (*_every, self)
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -269,10 +285,12 @@ class NearClient:
         finally:
             forget(what)
 
-    def _write(self, forget: Any, what: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-        """Call inner.name(*args): the tracked keys `what` names are dropped before it is sent
-        and again once it is answered (a fill that read the old value meanwhile is killed)."""
+    def _write(self, method: str, what: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+        """Call inner.name(*args): the tracked keys `what` names (found by the stores' `method`)
+        are dropped, in every near cache of the process, before it is sent and again once it
+        is answered (a fill that read the old value meanwhile is killed)."""
         call = getattr(self._inner, name)
+        forget = functools.partial(_forget_everywhere, method)
         if not forget(what):
             return call(*args) if bridge is None else call(*args, bridge)
         if bridge is not None:
@@ -285,17 +303,15 @@ class NearClient:
     def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
         if len(args) == 2 and args[0] == "EXISTS" and self._store.has(args[1]):
             return 1 if bridge is None else _redoxide.Ready(1)
-        return self._write(self._store.forget, args, "execute", (args,), bridge)
+        return self._write("forget", args, "execute", (args,), bridge)
 
     def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
         commands = list(commands)
-        return self._write(self._store.forget_all, commands, "pipeline", (commands,), bridge)
+        return self._write("forget_all", commands, "pipeline", (commands,), bridge)
 
     def pipeline_results(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
         commands = list(commands)
-        return self._write(
-            self._store.forget_all, commands, "pipeline_results", (commands,), bridge
-        )
+        return self._write("forget_all", commands, "pipeline_results", (commands,), bridge)
 
     def set(
         self,
@@ -306,17 +322,13 @@ class NearClient:
         xx: bool = False,
         bridge: Any = None,
     ) -> Any:
-        return self._write(
-            self._store.forget_keys, (key,), "set", (key, value, ttl_ms, nx, xx), bridge
-        )
+        return self._write("forget_keys", (key,), "set", (key, value, ttl_ms, nx, xx), bridge)
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
     ) -> Any:
         keys = list(keys)
-        return self._write(
-            self._store.forget_keys, keys, "set_many", (keys, list(values), ttl_ms), bridge
-        )
+        return self._write("forget_keys", keys, "set_many", (keys, list(values), ttl_ms), bridge)
 
 
 _near_clients: Registry[NearClient] = Registry()

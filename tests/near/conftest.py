@@ -37,7 +37,7 @@ def make_near(near_server: RedisServer) -> Iterator[Callable[..., Any]]:
         location: str | None = None, near: dict[str, Any] | None = None, **opts: Any
     ) -> Any:
         params: dict[str, Any] = {"KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}"}
-        for name in ("KEY_FUNCTION", "VERSION", "TIMEOUT"):
+        for name in ("KEY_PREFIX", "KEY_FUNCTION", "VERSION", "TIMEOUT"):
             if name in opts:
                 params[name] = opts.pop(name)
         params["OPTIONS"] = {"NEAR_CACHE": near if near is not None else near_options(), **opts}

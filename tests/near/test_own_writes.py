@@ -3,12 +3,13 @@ entries it touches before it is sent (and again once answered)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from support.dispatch import Ops
-from support.near import warm
+from support.near import near_options, warm
 
 # Each write through the cache, and what get("cfg:a") must return right after it.
 WRITES: dict[str, tuple[Callable[[Ops], Any], Any]] = {
@@ -43,6 +44,23 @@ def test_own_write_is_read_back_at_once(
     do, expected = WRITES[write]
     do(ops)
     assert ops.get("cfg:a") == expected  # no wait for the server's invalidation
+
+
+@pytest.mark.parametrize("write", ["set", "delete", "set_many", "incr", "delete_pattern", "clear"])
+def test_a_write_through_another_cache_of_the_process_is_read_back_at_once(
+    make_near: Callable[..., Any], mode: str, write: str
+) -> None:
+    # Two aliases over the same keys with different near-cache limits: two stores. A write
+    # through either drops the other's copy too, without waiting for the server.
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    reader = make_near(KEY_PREFIX=prefix)
+    other = make_near(KEY_PREFIX=prefix, near=near_options(MAX_BYTES=2**20))
+    reader.set("cfg:a", 1)
+    reader.set("cfg:b", 1)
+    assert warm(reader, "cfg:a") == 1
+    do, expected = WRITES[write]
+    do(Ops(other, mode))
+    assert reader.get("cfg:a") == expected
 
 
 def test_raw_commands_through_the_cache_drop_what_they_touch(
