@@ -162,3 +162,16 @@ class CacheCommand(BaseCommand):
         else:
             for line in lines:
                 self.stdout.write(line)
+
+
+class EveryAliasCommand(CacheCommand):
+    """A CacheCommand on one alias, or on every redoxide cache when none is given."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("alias", nargs="?", help="A cache alias (default: every one).")
+        super().add_arguments(parser)
+
+    @staticmethod
+    def aliases(options: dict[str, Any]) -> list[str]:
+        """The alias asked for, or every redoxide cache's."""
+        return [options["alias"]] if options.get("alias") else redoxide_aliases()

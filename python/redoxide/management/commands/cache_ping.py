@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from redoxide.management.base import EXIT_FAILED, CacheCommand, redoxide_aliases, resolve
+from redoxide.management.base import EXIT_FAILED, EveryAliasCommand, resolve
 from redoxide.topology.survey import Probe, probe, survey
 
 
@@ -21,18 +21,14 @@ def _line(answer: Probe) -> str:
     return f"  {node.kind:<8} {node.address:<22} {rtt:>10}  {version}  {role}"
 
 
-class Command(CacheCommand):
+class Command(EveryAliasCommand):
     help = (
         "PING every node of a redoxide cache (every redoxide cache without an alias): round "
         "trip, server version and role. Exits 1 if any node does not answer."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("alias", nargs="?", help="A cache alias (default: every one).")
-        super().add_arguments(parser)
-
     def run(self, **options: Any) -> None:
-        aliases = [options["alias"]] if options.get("alias") else redoxide_aliases()
+        aliases = self.aliases(options)
         report: dict[str, Any] = {}
         lines: list[str] = []
         failed = 0

@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.cache import caches
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from redoxide.exceptions import CacheError
 from redoxide.management.base import (
     EXIT_FAILED,
-    CacheCommand,
-    redoxide_aliases,
+    EveryAliasCommand,
     render,
     resolve,
 )
@@ -29,18 +28,14 @@ def counters(alias: str) -> Any:
     return stats() if callable(stats) else None
 
 
-class Command(CacheCommand):
+class Command(EveryAliasCommand):
     help = (
         "Show a redoxide cache's counters (this process' own, where the backend keeps them) "
         "and each data node's INFO memory and keyspace (every redoxide cache without an alias)."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("alias", nargs="?", help="A cache alias (default: every one).")
-        super().add_arguments(parser)
-
     def run(self, **options: Any) -> None:
-        aliases = [options["alias"]] if options.get("alias") else redoxide_aliases()
+        aliases = self.aliases(options)
         report: dict[str, Any] = {}
         failed = 0
         for alias in aliases:
