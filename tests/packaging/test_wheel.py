@@ -95,9 +95,21 @@ def _newest_source_mtime() -> float:
     return max(p.stat().st_mtime for p in paths if p.exists() and "__pycache__" not in p.parts)
 
 
+# What this module checks (tags, contents, the glibc needed, that the package installs and
+# serves the cache) does not depend on link-time optimisation, which is most of a clean release
+# build's minutes: the builds here skip it, unless REDOXIDE_PACKAGING_FULL_BUILD=1 (`make
+# wheel-check` tests the wheel `make wheel` made, with the shipped profile, anyway).
+QUICK_PROFILE = (
+    {}
+    if os.environ.get("REDOXIDE_PACKAGING_FULL_BUILD") == "1"
+    else {"CARGO_PROFILE_RELEASE_LTO": "off", "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"}
+)
+
+
 def _build_env() -> dict[str, str]:
     return {
         **os.environ,
+        **QUICK_PROFILE,
         "PATH": os.pathsep.join(
             [
                 str(Path(sys.executable).parent),
@@ -145,8 +157,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("ziglang") is None:
         pytest.skip("ziglang is not installed (pip install ziglang; make wheel does)")
     out = tmp_path_factory.mktemp("dist")
-    # The same command as `make wheel`; its own target dir, so that the zig-linked build and
-    # `maturin develop`'s do not rebuild each other's dependencies.
+    # The same command as `make wheel` (but QUICK_PROFILE); its own target dir, so that the
+    # zig-linked build and `maturin develop`'s do not rebuild each other's dependencies.
     cmd = [maturin, "build", "--release", "--zig", "--compatibility", MANYLINUX]
     cmd += ["--target-dir", str(ROOT / "target" / "wheel")]
     cmd += ["--out", str(out), "--interpreter", sys.executable]
@@ -173,6 +185,7 @@ def _clean_env() -> dict[str, str]:
         and not key.startswith("REDOXIDE_")
     }
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env.update(QUICK_PROFILE)  # for pip's build of the sdist
     return env
 
 
