@@ -155,7 +155,7 @@ BACKENDS = {
     b.name: b
     for b in (
         _same("redoxide", "redoxide.RedisCache"),
-        # Every thread's sync calls on the one multiplexed connection (the same under ASGI).
+        # Every thread's sync calls on one connection per process (the same under ASGI).
         Backend(
             "redoxide-shared",
             "redoxide.RedisCache",
@@ -168,6 +168,12 @@ BACKENDS = {
             "redoxide.RedisCache",
             "redoxide.RedisCache",
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}}',
+        ),
+        Backend(
+            "redoxide-near-shared",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SYNC_CONNECTIONS": "shared"}',
         ),
         # Defaults, as its README configures it: msgpack serializer, one multiplexed connection.
         _same("django-vcache", "django_vcache.backend.ValkeyCache"),
@@ -188,7 +194,7 @@ BACKENDS = {
     )
 }
 # Variants measured only when asked for (--backends ...).
-OPT_IN = ("redoxide-shared", "redoxide-near", "django-vcache-csc")
+OPT_IN = ("redoxide-shared", "redoxide-near", "redoxide-near-shared", "django-vcache-csc")
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
 VIEWS = ("six", "read", "base")
 CONDITIONS = ("loopback", "delay")

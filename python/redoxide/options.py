@@ -105,7 +105,7 @@ class Config:
     sentinels: tuple[tuple[str, int], ...] = ()
     sentinel_username: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
-    #: Sync calls share the process' multiplexed connection (SYNC_CONNECTIONS "shared")
+    #: Sync calls share one connection per server per process (SYNC_CONNECTIONS "shared")
     #: instead of one connection per thread ("per-thread", the default).
     shared_sync: bool = False
     #: TLS settings passed to every Rust client, as sorted (name, value) pairs.

@@ -72,7 +72,7 @@ pub struct Client {
     /// host:port or socket path, for messages: never credentials.
     addr: Arc<str>,
     pub(crate) transport: Transport,
-    /// Sync calls share the multiplexed connection instead of one connection per thread.
+    /// Sync calls share one connection per process instead of one connection per thread.
     shared_sync: bool,
     pub(crate) stats: Arc<Stats>,
     /// How a near cache's tracking connection reaches the same server.
@@ -178,8 +178,8 @@ impl Client {
     /// `readonly` sends READONLY after connecting: reads from a cluster replica.
     /// The `tls_*` arguments apply to `rediss://` URLs: PEM bytes of the CA certificates and
     /// of a client certificate and key, whether to verify the server's certificate at all,
-    /// and whether it must name the host. `shared_sync` makes sync calls share the one
-    /// multiplexed connection (plain servers) instead of one connection per thread.
+    /// and whether it must name the host. `shared_sync` makes every thread's sync calls
+    /// share one connection (plain servers) instead of one connection per thread.
     #[pyo3(signature = (
         url, *, connect_timeout, response_timeout, username=None, password=None, db=None,
         readonly=false, tls_ca_certs=None, tls_certfile=None, tls_keyfile=None, tls_verify=true,

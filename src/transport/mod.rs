@@ -48,7 +48,8 @@ pub struct PlainConfig {
 /// How one client reaches its server.
 pub enum Transport {
     /// TCP or a unix socket, on our own connections.
-    Plain { config: Arc<PlainConfig>, mux: mux::Mux },
+    /// `shared` carries every thread's sync calls under `SYNC_CONNECTIONS: "shared"`.
+    Plain { config: Arc<PlainConfig>, mux: mux::Mux, shared: blocking::shared::Shared },
     /// TLS, on redis-rs' connections (boxed: redis-rs' client is large).
     Tls(Box<tls::TlsTransport>),
 }
@@ -101,7 +102,11 @@ impl Transport {
             addr: Arc::clone(addr),
             stats: Arc::clone(stats),
         });
-        Ok(Transport::Plain { mux: mux::Mux::new(Arc::clone(&config)), config })
+        Ok(Transport::Plain {
+            mux: mux::Mux::new(Arc::clone(&config)),
+            shared: blocking::shared::Shared::new(Arc::clone(&config)),
+            config,
+        })
     }
 
     /// The client's counters.
@@ -120,12 +125,11 @@ impl Transport {
         }
     }
 
-    /// A sync call on the process' shared multiplexed connection (plain servers), the GIL
+    /// A sync call on the process' one shared sync connection (plain servers), the GIL
     /// released by the caller; None for TLS, whose sync calls use a connection per thread.
     pub fn call_shared(&self, req: &Request) -> Option<Result<Reply>> {
-        let Transport::Plain { mux, .. } = self else { return None };
-        let (packed, replies) = req.pack();
-        Some(mux.call(&packed, replies))
+        let Transport::Plain { shared, .. } = self else { return None };
+        Some(shared.call(req))
     }
 
     /// A new blocking connection, for one thread.

@@ -1,6 +1,7 @@
 """What reaches the server together: commands sent by an event loop's tasks in one loop
-iteration share a write, and SYNC_CONNECTIONS "shared" puts every thread's sync calls on the
-one multiplexed connection. Counted on a server of the test's own (INFO stats, CLIENT LIST)."""
+iteration share a write, and SYNC_CONNECTIONS "shared" puts every thread's sync calls on one
+connection (leader and followers). Counted on a server of the test's own (INFO stats, CLIENT
+LIST)."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def test_shared_sync_connection_serves_every_thread(fresh_redis_server: RedisSer
         thread.join()
     assert errors == []
     assert cache.incr_version("t0:0") == 2  # plans run on it too
-    # One connection for the 8 threads (and async calls), not one per thread.
+    # One connection for the 8 threads, not one per thread.
     assert fresh_redis_server.client_count() == 1
 
 

@@ -160,7 +160,7 @@ def test_open_connections_match_client_list(fresh_redis_server: RedisServer) -> 
     assert cache.stats()["totals"]["connections"] == 1
 
 
-def test_threads_sharing_the_multiplexed_connection_count_one(
+def test_threads_sharing_the_sync_connection_count_one(
     fresh_redis_server: RedisServer,
 ) -> None:
     cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
@@ -169,9 +169,11 @@ def test_threads_sharing_the_multiplexed_connection_count_one(
         t.start()
     for t in threads:
         t.join()
+    assert cache.stats()["totals"]["connections"] == 1 == len(client_list(fresh_redis_server))
+    # Async calls have the multiplexed connection: one more.
     asyncio.run(cache.aget("k"))
     totals = cache.stats()["totals"]
-    assert totals["connections"] == 1 == len(client_list(fresh_redis_server))
+    assert totals["connections"] == 2 == len(client_list(fresh_redis_server))
     assert (totals["calls"], totals["misses"]) == ({"GET": 4}, 4)
 
 

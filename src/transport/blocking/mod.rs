@@ -1,5 +1,6 @@
 //! The sync path's connection: a blocking socket owned by one thread, one round trip a call.
 
+pub mod shared;
 mod spin;
 
 use std::io::{Read, Write};
@@ -35,10 +36,12 @@ impl Socket {
         }
     }
 
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+    /// Write all of `buf` (blocking, within the write timeout). Through a shared reference:
+    /// the threads of a shared connection write while its leader reads.
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
         match self {
-            Socket::Tcp(s) => s.write_all(buf),
-            Socket::Unix(s) => s.write_all(buf),
+            Socket::Tcp(s) => (&*s).write_all(buf),
+            Socket::Unix(s) => (&*s).write_all(buf),
         }
     }
 
@@ -49,11 +52,11 @@ impl Socket {
         }
     }
 
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+    fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
             let result = match self {
-                Socket::Tcp(s) => s.read(buf),
-                Socket::Unix(s) => s.read(buf),
+                Socket::Tcp(s) => (&*s).read(buf),
+                Socket::Unix(s) => (&*s).read(buf),
             };
             // A signal handler ran: the socket is fine, read again.
             match result {

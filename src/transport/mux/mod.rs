@@ -8,7 +8,7 @@
 //! every waiting command with a typed error and is replaced on the next command.
 
 mod done;
-mod fifo;
+pub(in crate::transport) mod fifo;
 mod stream;
 
 use std::os::fd::RawFd;
@@ -23,21 +23,14 @@ use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
 use crate::ffi;
 use crate::proto::read_buf::unreadable;
-use crate::proto::{ReadBuf, Replies, Reply};
+use crate::proto::{ReadBuf, Replies};
 use crate::runtime;
 use crate::stats::{Open, Stats};
 use crate::transport::PlainConfig;
 
-pub use done::{Done, ThreadWait};
+pub use done::Done;
 use fifo::{Fifo, Unsolicited};
 use stream::Stream;
-
-/// How long a sync caller on the shared connection reads for its reply itself, when a core is
-/// free, before leaving it to the I/O thread.
-const POLL_FOR_REPLY: Duration = Duration::from_micros(60);
-/// Past the connect and response timeouts, how long a sync caller waits for a connection
-/// whose own deadlines failed to answer it.
-const GUARD: Duration = Duration::from_millis(250);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -261,24 +254,6 @@ impl Mux {
         // loop's own flush saves that thread's wake-ups and the server's reads.
         let defer = queue.in_flight() > 0 && !crate::idle::core_free(1);
         self.submit_for(packed, replies, Done::Loop { slot, queue }, defer)
-    }
-
-    /// Send packed commands from a sync caller and block (GIL released) for the outcome: the
-    /// process' threads then share this one connection, and what they send together reaches
-    /// the server as one write.
-    pub fn call(&self, packed: &[u8], replies: Replies) -> Result<Reply> {
-        let wait = Arc::new(ThreadWait::default());
-        let (conn, _) = self.submit_for(packed, replies, Done::Thread(Arc::clone(&wait)), false)?;
-        if crate::idle::core_free(1) {
-            // A reply due within microseconds is read from this thread, not the I/O thread.
-            let until = std::time::Instant::now() + POLL_FOR_REPLY;
-            while !wait.is_done() && std::time::Instant::now() < until {
-                conn.poll();
-                std::hint::spin_loop();
-            }
-        }
-        let limit = self.config.connect_timeout + self.config.response_timeout + GUARD;
-        wait.wait(limit, &self.config.addr)
     }
 
     fn submit_for(
