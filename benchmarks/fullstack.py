@@ -474,7 +474,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument(
         "--backends",
         default=",".join(b for b in BACKENDS if b not in OPT_IN),
-        help="default: %(default)s (also: redoxide-shared)",
+        help=f"default: %(default)s (also: {', '.join(OPT_IN)})",
     )
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="default: %(default)s")
     p.add_argument("--delay-ms", type=float, default=0.5, help="per direction (default 0.5)")
