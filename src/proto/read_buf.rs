@@ -72,6 +72,21 @@ impl ReadBuf {
         self.need -= self.start.min(self.need);
         self.start = 0;
     }
+
+    /// Every complete reply read so far (then `compact`), and the error that ended them if
+    /// the bytes after them are not RESP (those of a server at `addr`).
+    pub fn take_replies(&mut self, addr: &str) -> (Vec<Value>, Option<Error>) {
+        let mut values = Vec::new();
+        let failure = loop {
+            match self.next_reply() {
+                Ok(Some(value)) => values.push(value),
+                Ok(None) => break None,
+                Err(e) => break Some(unreadable(addr, e)),
+            }
+        };
+        self.compact();
+        (values, failure)
+    }
 }
 
 /// The error for bytes that are not RESP: the connection is out of step and must be dropped.

@@ -21,11 +21,10 @@ use redis::Value;
 
 use crate::errors::{Error, Result};
 use crate::ffi;
-use crate::proto::read_buf::unreadable;
 use crate::proto::{ReadBuf, Replies, Reply, Request};
 use crate::runtime;
 use crate::stats::Open;
-use crate::transport::mux::fifo::{Fifo, Unsolicited};
+use crate::transport::mux::fifo::Fifo;
 use crate::transport::PlainConfig;
 
 use super::spin::Spin;
@@ -399,45 +398,18 @@ impl Line {
 
     /// Parse the complete replies read so far and give each to its waiter.
     fn absorb(&self, buf: &mut ReadBuf) -> Result<()> {
-        let mut values = Vec::new();
-        let mut failure = None;
-        loop {
-            match buf.next_reply() {
-                Ok(Some(value)) => values.push(value),
-                Ok(None) => break,
-                Err(e) => {
-                    failure = Some(unreadable(&self.config.addr, e));
-                    break;
-                }
-            }
-        }
-        buf.compact();
+        let addr = &self.config.addr;
+        let (values, unreadable) = buf.take_replies(addr);
         if values.is_empty() {
-            return failure.map_or(Ok(()), Err);
+            return unreadable.map_or(Ok(()), Err);
         }
-        let mut answered = Vec::with_capacity(values.len());
-        {
-            let mut st = lock(&self.state);
-            for value in values {
-                match st.waiting.deliver(value) {
-                    Ok(Some((w, answer))) => answered.push((w, answer)),
-                    Ok(None) => {}
-                    Err(Unsolicited) => {
-                        failure = Some(Error::Internal(format!(
-                            "Redis at {} sent a reply nobody asked for",
-                            self.config.addr
-                        )));
-                        break;
-                    }
-                }
-            }
-        }
+        let (answered, unasked) = lock(&self.state).waiting.deliver_all(values, addr);
         for (w, answer) in answered {
             if let Some(ticket) = w.ticket {
                 ticket.complete(Ok(answer));
             }
         }
-        failure.map_or(Ok(()), Err)
+        unasked.or(unreadable).map_or(Ok(()), Err)
     }
 
     /// Mark the line broken and take every waiter (to be failed once the lock is released).

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use redis::Value;
 
+use crate::errors::Error;
 use crate::proto::Replies;
 
 /// A reply arrived that no command was waiting for: the connection is out of step.
@@ -64,6 +65,28 @@ impl<W> Fifo<W> {
             }
         };
         Ok(self.entries.pop_front().map(|entry| (entry.waiter, answer)))
+    }
+
+    /// Give each of a connection's replies to its waiter, in order: the waiters answered with
+    /// their whole answers, and an error if a reply came that no command was waiting for (the
+    /// connection at `addr` is out of step; the replies after it are dropped).
+    pub fn deliver_all(
+        &mut self,
+        values: Vec<Value>,
+        addr: &str,
+    ) -> (Vec<(W, Value)>, Option<Error>) {
+        let mut answered = Vec::with_capacity(values.len());
+        for value in values {
+            match self.deliver(value) {
+                Ok(Some(done)) => answered.push(done),
+                Ok(None) => {}
+                Err(Unsolicited) => {
+                    let message = format!("Redis at {addr} sent a reply nobody asked for");
+                    return (answered, Some(Error::Internal(message)));
+                }
+            }
+        }
+        (answered, None)
     }
 
     /// The oldest waiter.

@@ -22,14 +22,13 @@ use tokio::time::Instant;
 use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
 use crate::ffi;
-use crate::proto::read_buf::unreadable;
 use crate::proto::{ReadBuf, Replies};
 use crate::runtime;
 use crate::stats::{Open, Stats};
 use crate::transport::PlainConfig;
 
 pub use done::Done;
-use fifo::{Fifo, Unsolicited};
+use fifo::Fifo;
 use stream::Stream;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -110,45 +109,17 @@ impl Conn {
 
     /// Parse the complete replies in the read buffer and hand them to their waiters.
     fn absorb(&self, rs: &mut ReadBuf) -> Result<()> {
-        // Parse the complete replies first, holding only `reading`: submitters wait on
-        // `state`, and must not wait for a large reply to be parsed.
-        let mut values = Vec::new();
-        let mut failure = None;
-        loop {
-            match rs.next_reply() {
-                Ok(Some(value)) => values.push(value),
-                Ok(None) => break,
-                Err(e) => {
-                    failure = Some(unreadable(&self.addr, e));
-                    break;
-                }
-            }
-        }
-        rs.compact();
+        // Parse first, holding only `reading`: submitters wait on `state`, and must not wait
+        // for a large reply to be parsed.
+        let (values, unreadable) = rs.take_replies(&self.addr);
         if values.is_empty() {
-            return failure.map_or(Ok(()), Err);
+            return unreadable.map_or(Ok(()), Err);
         }
-        let mut done = Vec::with_capacity(values.len());
-        {
-            let mut st = lock(&self.state);
-            for value in values {
-                match st.waiting.deliver(value) {
-                    Ok(Some(answered)) => done.push(answered),
-                    Ok(None) => {}
-                    Err(Unsolicited) => {
-                        failure = Some(Error::Internal(format!(
-                            "Redis at {} sent a reply nobody asked for",
-                            self.addr
-                        )));
-                        break;
-                    }
-                }
-            }
-        }
-        for (w, value) in done {
+        let (answered, unasked) = lock(&self.state).waiting.deliver_all(values, &self.addr);
+        for (w, value) in answered {
             w.done.complete(Ok(value));
         }
-        failure.map_or(Ok(()), Err)
+        unasked.or(unreadable).map_or(Ok(()), Err)
     }
 
     /// Fail every waiting command and mark the connection unusable.
