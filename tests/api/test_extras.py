@@ -86,26 +86,39 @@ def test_stampede_cold_key_computes_once_across_threads(make_cache: Any) -> None
 
 
 def test_stampede_near_expiry_one_task_recomputes_others_get_current(make_cache: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     cache = stampede_cache(make_cache)
     calls = []
+    others: list[Any] = []
 
-    async def run() -> list[Any]:
-        await cache.aset("k", "old", timeout=1)
-        await asyncio.sleep(0.6)  # now in the last half of its life
-
-        def recompute() -> str:
-            calls.append(1)
-            return "new"
-
+    async def arrive_meanwhile() -> list[Any]:
         return list(
-            await asyncio.gather(*(cache.aget_or_set("k", recompute, 1) for _ in range(50)))
+            await asyncio.gather(*(cache.aget_or_set("k", recompute, 10) for _ in range(49)))
         )
 
-    results = asyncio.run(run())
+    def recompute() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            # While the first caller recomputes (holding the lock), 49 more arrive together,
+            # on an event loop of their own: each gets the current value at once. (Arriving
+            # on the first caller's loop, they could be served after it, whenever its replies
+            # came back within the poll: then "new" would be the current value.)
+            with ThreadPoolExecutor(1) as pool:
+                others.extend(pool.submit(asyncio.run, arrive_meanwhile()).result(timeout=30))
+        return "new"
+
+    async def run() -> Any:
+        await cache.aset("k", "old", timeout=10)
+        # 3 s of a 10 s life left: in the last half (STAMPEDE_WINDOW 0.5), without a pause.
+        assert cache.client.execute("PEXPIRE", cache.make_key("k"), 3000) == 1
+        return await cache.aget_or_set("k", recompute, 10)
+
+    assert asyncio.run(run()) == "new"
     assert len(calls) == 1
-    assert results.count("new") == 1
-    assert results.count("old") == 49
+    assert others == ["old"] * 49
     assert cache.get("k") == "new"
+    assert 5000 < cache.client.execute("PTTL", cache.make_key("k")) <= 10000
     # Plain readers and the stored format are untouched: no lock key is left behind either.
     assert cache.client.execute("EXISTS", "{" + cache.make_key("k") + "}:redoxide-recompute") == 0
 

@@ -20,7 +20,7 @@ import pytest
 from support.backend import backend_errors, build_cache, is_redoxide
 from support.dispatch import Ops
 from support.netfakes import blackhole_port
-from support.servers import REDIS_CLI, RedisServer, free_port
+from support.servers import RedisServer, Sleeper, free_port
 
 CONNECT_TIMEOUT = 0.5
 RESPONSE_TIMEOUT = 0.5
@@ -119,7 +119,6 @@ def test_stalled_server_on_first_connect_does_not_hang(
 
 def test_stalled_server_with_debug_sleep() -> None:
     """A server busy in a slow command (DEBUG SLEEP from another client) times out."""
-    import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
     errors = backend_errors()
@@ -130,13 +129,9 @@ def test_stalled_server_with_debug_sleep() -> None:
         with ThreadPoolExecutor(1) as pool:
             # The worker thread's sync connection is up before the server goes busy.
             assert pool.submit(cache.get, "a").result() == "A"
-            sleeper = subprocess.Popen(
-                [REDIS_CLI, "-p", str(server.port), "DEBUG", "SLEEP", "1.5"],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
+            # Asleep for longer than both calls' timeouts plus the margin.
+            sleeper = Sleeper(server, 2 * (RESPONSE_TIMEOUT + MARGIN))
             try:
-                time.sleep(0.2)
                 sync_call = pool.submit(
                     raises_within,
                     RESPONSE_TIMEOUT + MARGIN,
@@ -150,8 +145,7 @@ def test_stalled_server_with_debug_sleep() -> None:
                 )
                 sync_call.result()
             finally:
-                output, _ = sleeper.communicate(timeout=10)
-        assert output.strip() == "OK", output
+                sleeper.wait()
         assert cache.get("a") == "A"
         assert asyncio.run(cache.aget("b")) == "B"
 

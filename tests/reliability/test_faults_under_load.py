@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 from support.backend import backend_errors, build_cache, is_redoxide
 from support.dispatch import Ops
-from support.servers import RedisServer
+from support.servers import RedisServer, Sleeper
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's fault behaviour")
 
@@ -478,26 +477,6 @@ async def check_replies_in_order(cache: Any, values: dict[str, str]) -> None:
     assert got == [values[k] for k in keys]
     for k in keys[:200]:
         assert await cache.aget(k) == values[k]
-
-
-class Sleeper:
-    """Make the server busy for `seconds` (DEBUG SLEEP from a raw socket of its own).
-
-    The command is in the server's socket buffer when the constructor returns; wait() reads
-    its reply, i.e. returns once the server is awake again.
-    """
-
-    def __init__(self, server: RedisServer, seconds: float) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        self.sock.sendall(
-            b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$%d\r\n%s\r\n"
-            % (len(str(seconds)), str(seconds).encode())
-        )
-        time.sleep(0.05)  # the server takes it from the buffer and goes to sleep
-
-    def wait(self) -> None:
-        with self.sock:
-            assert self.sock.recv(64) == b"+OK\r\n"
 
 
 def test_cancelled_async_calls_leave_every_later_reply_to_its_caller(

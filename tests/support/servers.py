@@ -57,6 +57,41 @@ def _command(*args: str | bytes) -> bytes:
     return b"".join(parts)
 
 
+class Sleeper:
+    """Make a server busy for `seconds` (DEBUG SLEEP from a raw socket of its own; the server
+    needs ``--enable-debug-command``).
+
+    The constructor returns once the server is asleep: a PING on another connection goes
+    unanswered (a fixed pause could end before a loaded host's server took the command in).
+    wait() reads DEBUG SLEEP's reply, i.e. returns once the server is awake again.
+    """
+
+    def __init__(self, server: RedisServer, seconds: float, *, confirm_within: float = 5.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10 + seconds)
+        self.sock.sendall(_command("DEBUG", "SLEEP", str(seconds)))
+        deadline = time.monotonic() + confirm_within
+        while not self._unanswered_ping(server.port):
+            if time.monotonic() > deadline:
+                self.sock.close()
+                raise RuntimeError(f"{server!r} did not go to sleep within {confirm_within} s")
+            time.sleep(0.01)
+
+    @staticmethod
+    def _unanswered_ping(port: int) -> bool:
+        """True if a PING on a new connection gets no reply within 100 ms."""
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as probe:
+            probe.sendall(_command("PING"))
+            probe.settimeout(0.1)
+            try:
+                return not probe.recv(64)
+            except TimeoutError:
+                return True
+
+    def wait(self) -> None:
+        with self.sock:
+            assert self.sock.recv(64) == b"+OK\r\n"
+
+
 class RedisServer:
     """One redis-server process on a free loopback port, stopped by pid."""
 
