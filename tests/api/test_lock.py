@@ -241,11 +241,11 @@ def test_blocking_timeout_bounds_the_wait(cache: LockingCache) -> None:
     waiter = cache.lock("job", sleep=0.05, blocking_timeout=0.2)
     started = time.monotonic()
     assert waiter.acquire() is False
-    assert 0.2 <= time.monotonic() - started < 0.5
+    assert 0.2 <= time.monotonic() - started < 1.5  # not forever: the holder never lets go
     started = time.monotonic()
     with pytest.raises(LockError, match="could not acquire"), waiter:
         pass  # pragma: no cover
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.5
     assert holder.owned()
     holder.release()
 
@@ -258,7 +258,7 @@ async def test_async_blocking_timeout_bounds_the_wait(cache: LockingCache) -> No
     with pytest.raises(LockError, match="could not acquire"):
         async with cache.alock("job", sleep=0.05, blocking_timeout=0.2):
             pass  # pragma: no cover
-    assert 0.2 <= time.monotonic() - started < 0.5
+    assert 0.2 <= time.monotonic() - started < 1.5  # not forever: the holder never lets go
     await holder.release()
 
 

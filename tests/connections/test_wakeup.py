@@ -173,7 +173,7 @@ def test_threadsafe_wakeups_after_the_loop_closed_are_dropped(
     abandoned: list[asyncio.Task[Any]] = []
 
     async def abandon() -> None:
-        server.cli("CLIENT", "PAUSE", "300", "WRITE")
+        server.cli("CLIENT", "PAUSE", "10000", "WRITE")
         # A write waits out the pause; the loop stops before the reply comes.
         abandoned.append(loop.create_task(cache.aset("k", 2)))
         await asyncio.sleep(0.05)
@@ -181,6 +181,9 @@ def test_threadsafe_wakeups_after_the_loop_closed_are_dropped(
     loop.run_until_complete(abandon())
     loop.close()
     assert not abandoned[0].done()
-    time.sleep(0.4)  # the pause is over: the write was applied, its reply posted to no one
-    assert cache.get("k") == 2
+    server.cli("CLIENT", "UNPAUSE")  # the write is applied, its reply posted to no one
+    deadline = time.monotonic() + 5
+    while cache.get("k") != 2:
+        assert time.monotonic() < deadline, "the paused write was never applied"
+        time.sleep(0.01)
     assert asyncio.run(cache.aget("k")) == 2

@@ -123,7 +123,7 @@ def test_a_fill_overtaken_by_an_invalidation_is_not_installed(
     cache.set("cfg:a", "old")
     serving(cache)
     near = cache._client
-    near._fill_delay = 0.3  # between the fill's reply and its install
+    near._fill_delay = 0.6  # between the fill's reply and its install
     read: list[Any] = []
 
     def reader() -> None:
@@ -136,11 +136,15 @@ def test_a_fill_overtaken_by_an_invalidation_is_not_installed(
         result = call(*args) if mode == "sync" else asyncio.run(call(*args))
         read.append(result)
 
-    before = cache.near_cache_stats()
+    def pttl_calls() -> int:
+        return int(writer.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0))
+
+    before, pttl_before = cache.near_cache_stats(), pttl_calls()
     thread = threading.Thread(target=reader)
     thread.start()
-    # The fill has read "old" once PTTL answered; now another client writes.
-    wait_for("the fill's reply", lambda: writer.info("commandstats").get("cmdstat_pttl"))
+    # The fill has read "old" once its PTTL ran (earlier fills ran some: count from here);
+    # now another client writes.
+    wait_for("the fill's reply", lambda: pttl_calls() > pttl_before)
     writer.set(_key(cache, "cfg:a"), b"9")
     thread.join(10)
     near._fill_delay = 0.0

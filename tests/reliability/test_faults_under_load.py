@@ -492,7 +492,7 @@ def test_cancelled_async_calls_leave_every_later_reply_to_its_caller(
 
     async def scenario() -> tuple[int, int]:
         conn_id = await cache.client.aexecute("CLIENT", "ID")
-        sleeper = Sleeper(server, 0.5)
+        sleeper = Sleeper(server, 1.5)  # past every cancel below, on a loaded host too
         try:
             # Cancelled by a timeout, the usual way in user code.
             for k in keys[:10]:
@@ -533,8 +533,8 @@ def test_timed_out_calls_leave_every_later_reply_to_its_caller(
         _, error, seconds = timed(lambda: cache.client.execute("DEBUG", "SLEEP", "1"))
         assert isinstance(error, errors.CacheTimeout), error
         assert seconds < RESPONSE_TIMEOUT + MARGIN
-        time.sleep(0.8)
-        sleeper = Sleeper(server, 1)
+        server.wait_answering()  # awake: the late reply is on the cache's connection
+        sleeper = Sleeper(server, 2 * (RESPONSE_TIMEOUT + MARGIN))
         try:
             for k in keys[:2]:
                 _, error, seconds = timed(lambda: cache.get(k))  # noqa: B023
@@ -557,7 +557,7 @@ def test_timed_out_calls_leave_every_later_reply_to_its_caller(
         )
         elapsed = time.monotonic() - start
         assert all(isinstance(r, errors.CacheTimeout) for r in results), results
-        await asyncio.sleep(0.8)  # the server wakes and writes the late replies
+        await asyncio.to_thread(server.wait_answering)  # awake: the late replies are written
         await check_replies_in_order(cache, values)
         return elapsed
 

@@ -262,6 +262,10 @@ class RedisServer:
         """Continue a paused server (SIGCONT)."""
         os.kill(self.pid, signal.SIGCONT)
 
+    def wait_answering(self, timeout: float = 10.0) -> None:
+        """Return once the server answers a PING (e.g. awake again after a DEBUG SLEEP)."""
+        _wait(f"{self!r} to answer", self._ping, timeout)
+
     def cli(self, *args: str) -> str:
         """Run ``redis-cli -p PORT *args`` and return its stdout without the final newline."""
         cmd = [REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)]

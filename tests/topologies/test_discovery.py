@@ -52,18 +52,18 @@ async def max_loop_gap(work: Awaitable[Any]) -> float:
 def test_cluster_async_key_scan_does_not_block_the_event_loop(cluster: Cluster) -> None:
     with stalled_listener() as stall:
         seeds = [f"redis://127.0.0.1:{stall.getsockname()[1]}", cluster.urls[0]]
-        cache = cluster_cache(seeds, SOCKET_TIMEOUT=0.4, SOCKET_CONNECT_TIMEOUT=0.4)
+        cache = cluster_cache(seeds, SOCKET_TIMEOUT=1.0, SOCKET_CONNECT_TIMEOUT=1.0)
         gap = asyncio.run(max_loop_gap(cache.akeys("nothing-*")))
-    assert gap < 0.2, f"the event loop was blocked for {gap:.2f} s"
+    assert gap < 0.5, f"the event loop was blocked for {gap:.2f} s"
 
 
 def test_cluster_async_get_discovery_does_not_block_the_event_loop(cluster: Cluster) -> None:
     # Control for the test above: aget's discovery is awaited, so the loop keeps running.
     with stalled_listener() as stall:
         seeds = [f"redis://127.0.0.1:{stall.getsockname()[1]}", cluster.urls[0]]
-        cache = cluster_cache(seeds, SOCKET_TIMEOUT=0.41, SOCKET_CONNECT_TIMEOUT=0.41)
+        cache = cluster_cache(seeds, SOCKET_TIMEOUT=1.01, SOCKET_CONNECT_TIMEOUT=1.01)
         gap = asyncio.run(max_loop_gap(cache.aget("x")))
-    assert gap < 0.2, f"the event loop was blocked for {gap:.2f} s"
+    assert gap < 0.5, f"the event loop was blocked for {gap:.2f} s"
 
 
 # Regression test (review finding, fixed): async discovery (ClusterRouter._arelearn /
