@@ -271,7 +271,7 @@ def measure(app: AppServer, monitor: Monitor, view: str, seconds: float) -> dict
             samples.append(monitor.clients()[0])
 
     clients0, received0 = monitor.clients()
-    app0, redis0 = cpu_seconds(pids), monitor.cpu()
+    app0, redis0, work0 = cpu_seconds(pids), monitor.cpu(), monitor.work()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -279,13 +279,14 @@ def measure(app: AppServer, monitor: Monitor, view: str, seconds: float) -> dict
     finally:
         done.set()
         sampler.join()
-    app1, redis1 = cpu_seconds(pids), monitor.cpu()  # the same processes as before
+    app1, redis1, work1 = cpu_seconds(pids), monitor.cpu(), monitor.work()  # the same processes
     clients1, received1 = monitor.clients()
     n = max(result["requests"], 1.0)
     pids = app.pids()
     result.update(
         app_cpu_us=(app1 - app0) / n * 1e6,
         redis_cpu_us=(redis1 - redis0) / n * 1e6,
+        **{f"redis_{name}": (work1[name] - work0[name]) / n for name in work1},
         rss_mib=rss_bytes(pids) / 2**20,
         processes=float(len(pids)),
         conns_max=float(max([clients0, clients1, *samples])),
@@ -327,6 +328,9 @@ def run_group(
             print(
                 f"  {tag:<42} {view:<5} {cell['rps']:8.0f} req/s  p99 {cell['p99_ms']:6.1f} ms"
                 f"  app {cell['app_cpu_us']:5.0f} us  redis {cell['redis_cpu_us']:4.0f} us"
+                f" (commands {cell['redis_cmd_us']:.0f} us, {cell['redis_reads']:.1f} reads,"
+                f" {cell['redis_writes']:.1f} writes, {cell['redis_in_bytes']:.0f} B in,"
+                f" {cell['redis_out_bytes']:.0f} B out)"
                 f"  conns {cell['conns_max']:.0f}"
                 + (f"  NON-2XX {cell['non2xx']:.0f}" if cell["non2xx"] else ""),
                 flush=True,

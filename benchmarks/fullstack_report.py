@@ -97,6 +97,8 @@ COLUMNS = (
     ("app CPU us/req", "app_cpu_us", 0),
     ("cache CPU us/req", "cache_cpu_us", 0),
     ("redis CPU us/req", "redis_cpu_us", 1),
+    ("redis reads/req", "redis_reads", 1),
+    ("redis commands us/req", "redis_cmd_us", 1),
     ("RSS MiB", "rss_mib", 0),
     ("conns (+opened)", "conns_max", 0),
 )
