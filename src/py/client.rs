@@ -86,9 +86,13 @@ impl Client {
     }
 }
 
+/// The longest timeout taken as given (a year); `float(sys.maxsize)` means "never" too.
+const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
 fn secs(name: &str, value: f64) -> PyResult<Duration> {
     if value.is_finite() && value > 0.0 {
-        Ok(Duration::from_secs_f64(value))
+        // Longer is a year: deadlines (now + timeout) must not overflow.
+        Ok(Duration::from_secs_f64(value.min(MAX_TIMEOUT_SECS)))
     } else {
         Err(PyValueError::new_err(format!(
             "{name} must be a positive number of seconds, got {value}"
@@ -403,5 +407,22 @@ impl Client {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| self.run_pipeline(py, commands, bridge, reply::to_py_results))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{secs, MAX_TIMEOUT_SECS};
+
+    #[test]
+    fn a_timeout_longer_than_a_year_is_a_year() {
+        let year = Duration::from_secs_f64(MAX_TIMEOUT_SECS);
+        assert_eq!(secs("t", 2.5).unwrap(), Duration::from_millis(2500));
+        assert_eq!(secs("t", 9.3e18).unwrap(), year); // float(sys.maxsize)
+        assert_eq!(secs("t", 1e300).unwrap(), year);
+        // (Duration::from_secs_f64(1e300) panics, and now + 2**63 s overflows.)
+        assert!(Instant::now().checked_add(year).is_some());
     }
 }

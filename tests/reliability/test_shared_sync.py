@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from typing import Any
 
 from support.backend import backend_errors, build_cache
+from support.netfakes import blackhole_port
 from support.servers import RedisServer
 
 RESPONSE_TIMEOUT = 0.3
@@ -155,3 +157,40 @@ def test_a_forked_child_gets_a_connection_of_its_own(fresh_redis_server: RedisSe
     assert os.waitstatus_to_exitcode(status) == 0
     # The parent's connection was never touched by the child: still in step.
     assert cache.get_many(["k", "child2"]) == {"k": "parent", "child2": 2}
+
+
+def test_a_child_forked_during_a_connect_is_not_stuck_behind_it() -> None:
+    """A thread is connecting (to a port that never accepts) when another forks: the child's
+    calls must not wait for a connect that, in the child, nobody is making."""
+    errors = backend_errors()
+    with blackhole_port() as port:
+        cache = build_cache(
+            f"redis://127.0.0.1:{port}/0",
+            {"OPTIONS": {"SYNC_CONNECTIONS": "shared", "SOCKET_CONNECT_TIMEOUT": 1.0}},
+        )
+        connecting = threading.Thread(target=lambda: run_threads(1, lambda _: cache.get("k")))
+        connecting.start()
+        time.sleep(0.3)  # well inside its 1 s connect
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            status = 1
+            try:
+                started = time.monotonic()
+                try:
+                    cache.get("k")
+                except errors.CacheError:
+                    # Its own connect, timed out: within the connect timeout, plus slack.
+                    status = 0 if time.monotonic() - started < 1.0 + MARGIN else 2
+            finally:
+                os._exit(status)
+        connecting.join(10)
+        deadline = time.monotonic() + 10
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung behind its parent's connect")
+        assert os.waitstatus_to_exitcode(done[1]) == 0

@@ -14,6 +14,7 @@
 //! briefly while a core is free (`Spin`), read.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -41,13 +42,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The process' shared sync connection to one server, remade on demand.
 pub struct Shared {
     config: Arc<PlainConfig>,
+    /// This fork generation's state (see `slot`); never null.
+    slot: AtomicPtr<Slot>,
+}
+
+/// The state of one fork generation: a forked child makes a new one rather than lock the
+/// parent's, whose mutex a thread the child does not have may have held at the fork (it would
+/// never be released), and whose line's socket is the parent's.
+struct Slot {
+    generation: u64,
     current: Mutex<Current>,
 }
 
 #[derive(Default)]
 struct Current {
-    /// The line, with the fork generation it was made in.
-    line: Option<(u64, Arc<Line>)>,
+    line: Option<Arc<Line>>,
     /// The last one broke: the next one made is a reconnect.
     lost: bool,
     /// When the last connect failed, and why: callers that queued behind that attempt get its
@@ -58,7 +67,34 @@ struct Current {
 
 impl Shared {
     pub fn new(config: Arc<PlainConfig>) -> Self {
-        Shared { config, current: Mutex::new(Current::default()) }
+        Shared { config, slot: AtomicPtr::new(Slot::boxed(runtime::generation())) }
+    }
+
+    /// This generation's slot, made on the first call in a forked child (the parent's is
+    /// leaked: freeing it would drop the parent's line).
+    fn slot(&self) -> &Slot {
+        let generation = runtime::generation();
+        let mut ptr = self.slot.load(Ordering::Acquire);
+        loop {
+            // SAFETY: `slot` always holds a pointer from `Slot::boxed`; a slot that is
+            // replaced is leaked and the last one is freed only in `drop` (no caller is left
+            // then), so it lives as long as `self`.
+            let slot = unsafe { &*ptr };
+            if slot.generation == generation {
+                return slot;
+            }
+            let fresh = Slot::boxed(generation);
+            match self.slot.compare_exchange(ptr, fresh, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: as above: `fresh` is now the slot, freed only in `drop`.
+                Ok(_) => return unsafe { &*fresh },
+                Err(now) => {
+                    // Another thread of the child won: free ours (never shared) and use its.
+                    // SAFETY: `fresh` came from `Box::into_raw` and nobody else has seen it.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    ptr = now;
+                }
+            }
+        }
     }
 
     /// One request from the calling thread (GIL released by the caller). A read that meets a
@@ -80,10 +116,9 @@ impl Shared {
     /// parent's.
     fn line(&self) -> Result<(Arc<Line>, bool)> {
         let asked = Instant::now();
-        let generation = runtime::generation();
-        let mut current = lock(&self.current);
-        if let Some((g, line)) = current.line.as_ref() {
-            if *g == generation && line.usable() {
+        let mut current = lock(&self.slot().current);
+        if let Some(line) = current.line.as_ref() {
+            if line.usable() {
                 return Ok((Arc::clone(line), true));
             }
         }
@@ -92,13 +127,8 @@ impl Shared {
                 return Err(err.clone());
             }
         }
-        if let Some((g, old)) = current.line.take() {
-            if g == generation {
-                current.lost = true;
-            } else {
-                // The parent's: its socket is the parent's too. Leak it.
-                std::mem::forget(old);
-            }
+        if current.line.take().is_some() {
+            current.lost = true;
         }
         let line = match Blocking::connect(&self.config) {
             Ok(conn) => Arc::new(Line::new(conn)),
@@ -111,8 +141,26 @@ impl Shared {
         if std::mem::take(&mut current.lost) {
             self.config.stats.reconnected();
         }
-        current.line = Some((generation, Arc::clone(&line)));
+        current.line = Some(Arc::clone(&line));
         Ok((line, false))
+    }
+}
+
+impl Slot {
+    fn boxed(generation: u64) -> *mut Slot {
+        Box::into_raw(Box::new(Slot { generation, current: Mutex::new(Current::default()) }))
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let ptr = *self.slot.get_mut();
+        // SAFETY: the pointer came from `Slot::boxed`, and with `&mut self` nobody else
+        // holds it.
+        let slot = unsafe { Box::from_raw(ptr) };
+        if slot.generation != runtime::generation() {
+            std::mem::forget(slot); // the parent's (see `slot`)
+        }
     }
 }
 
@@ -220,6 +268,16 @@ struct Handover<'a>(&'a Line);
 
 impl Drop for Handover<'_> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Replies may have been taken from the buffer and not handed out: whatever is
+            // read next could reach the wrong caller. Nobody reads this line again.
+            let err = Error::Connection(format!(
+                "The connection to Redis at {} was closed after an internal error",
+                self.0.config.addr
+            ));
+            let (failed, err) = self.0.break_line(&err);
+            Line::complete_all(failed, &err);
+        }
         let mut st = lock(&self.0.state);
         st.leader = false;
         if st.broken.is_none() {
@@ -296,8 +354,8 @@ impl Line {
             !std::mem::replace(&mut st.leader, true)
         };
         if let Err(e) = self.socket.write_all(packed) {
-            let err = io_error(&e, &self.config, "sending");
-            let failed = Self::fail_all(&mut lock(&self.state), &err);
+            // (If the line broke meanwhile, that is the cause: a send cut short by it.)
+            let (failed, err) = self.break_line(&io_error(&e, &self.config, "sending"));
             drop(writing);
             Self::complete_all(failed, &err);
             if lead {
@@ -356,7 +414,9 @@ impl Line {
                     caught |= polling;
                     self.config.stats.received(n);
                     reader.buf.advance(n);
-                    self.absorb(&mut reader.buf)
+                    // Replies that keep trickling in never let the blocking read time out:
+                    // check the oldest deadline here too.
+                    self.absorb(&mut reader.buf).and_then(|()| self.check_overdue())
                 }
                 Err(e) if polling && e.kind() == std::io::ErrorKind::WouldBlock => {
                     if started.elapsed() < window {
@@ -378,7 +438,7 @@ impl Line {
                 Err(e) => Err(io_error(&e, &self.config, "waiting for the reply")),
             };
             if let Err(err) = step {
-                let failed = Self::fail_all(&mut lock(&self.state), &err);
+                let (failed, err) = self.break_line(&err);
                 Self::complete_all(failed, &err);
             }
         }
@@ -412,12 +472,17 @@ impl Line {
         unasked.or(unreadable).map_or(Ok(()), Err)
     }
 
-    /// Mark the line broken and take every waiter (to be failed once the lock is released).
-    fn fail_all(st: &mut LineState, err: &Error) -> Vec<Waiting> {
-        if st.broken.is_none() {
-            st.broken = Some(err.clone());
-        }
-        st.waiting.take_all()
+    /// Mark the line broken and take every waiter (to be failed, once the lock is released,
+    /// with the error returned: the first that broke it). The first break also shuts the
+    /// socket down, so a caller blocked in a send to a stalled server fails now too.
+    fn break_line(&self, err: &Error) -> (Vec<Waiting>, Error) {
+        let mut st = lock(&self.state);
+        let first = st.broken.get_or_insert_with(|| {
+            ffi::shutdown(self.fd);
+            err.clone()
+        });
+        let first = first.clone();
+        (st.waiting.take_all(), first)
     }
 
     fn complete_all(failed: Vec<Waiting>, err: &Error) {
@@ -519,6 +584,95 @@ mod tests {
         // The server accepts one connection only: a second would never be answered.
         drop(shared);
         assert_eq!(server.join().unwrap(), 8 * 300);
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// A server that reads every command at once but answers one every `interval`, so
+    /// replies keep arriving more often than the leader's blocking read would time out; it
+    /// serves `connections` connections, one after another.
+    fn serve_trickling(
+        path: &Path,
+        interval: Duration,
+        connections: usize,
+    ) -> std::thread::JoinHandle<()> {
+        let listener = UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            let served: Vec<_> = (0..connections)
+                .map(|_| {
+                    let (sock, _) = listener.accept().unwrap();
+                    std::thread::spawn(move || trickle(sock, interval))
+                })
+                .collect();
+            for conn in served {
+                let _ = conn.join();
+            }
+        })
+    }
+
+    fn trickle(mut sock: std::os::unix::net::UnixStream, interval: Duration) {
+        let mut writer = sock.try_clone().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let answering = std::thread::spawn(move || {
+            for reply in rx {
+                std::thread::sleep(interval);
+                if writer.write_all(&reply).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut buf = ReadBuf::new(4096);
+        while let Ok(n @ 1..) = sock.read(buf.room()) {
+            buf.advance(n);
+            while let Ok(Some(Value::Array(parts))) = buf.next_reply() {
+                let Some(Value::BulkString(key)) = parts.get(1) else { continue };
+                let mut reply = format!("${}\r\n", key.len()).into_bytes();
+                reply.extend(key);
+                reply.extend(b"\r\n");
+                let _ = tx.send(reply);
+            }
+            buf.compact();
+        }
+        drop(tx);
+        let _ = answering.join();
+    }
+
+    #[test]
+    fn replies_that_trickle_in_late_still_time_the_waiters_out() {
+        // One reply every 40 ms for 40 callers queued at once: the 11th is due at 440 ms,
+        // past the 400 ms timeout, while the leader's blocking read (100 ms) never times out.
+        let path = socket_path();
+        let server = serve_trickling(&path, Duration::from_millis(40), 2);
+        let timeout = Duration::from_millis(400);
+        let shared = Arc::new(Shared::new(config(&path, timeout)));
+        let started = Instant::now();
+        let call = |i: usize| {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let asked = Instant::now();
+                (i, shared.call(&get(&format!("k{i}"))), asked.elapsed())
+            })
+        };
+        let threads: Vec<_> = (0..40).map(call).collect();
+        // Past every queued caller's timeout (and the followers' guard), one more caller:
+        // it must not wait behind the replies the others gave up on.
+        std::thread::sleep(Duration::from_millis(700).saturating_sub(started.elapsed()));
+        let (_, late, took) = call(40).join().unwrap();
+        assert_eq!(late.unwrap(), Value::BulkString(b"k40".to_vec()));
+        // Without a deadline check on reads it waited for ~23 stale replies (~0.9 s).
+        assert!(took < timeout + Duration::from_millis(250), "the late caller: {took:?}");
+        let mut timed_out = 0;
+        for t in threads {
+            let (i, outcome, took) = t.join().unwrap();
+            assert!(took < timeout + Duration::from_millis(600), "caller {i}: {took:?}");
+            match outcome {
+                Ok(reply) => assert_eq!(reply, Value::BulkString(format!("k{i}").into_bytes())),
+                Err(Error::Timeout(_)) => timed_out += 1,
+                Err(err) => panic!("caller {i}: {err:?}"),
+            }
+        }
+        assert!(timed_out >= 20, "{timed_out} timed out");
+        drop(shared);
+        server.join().unwrap();
         let _ = std::fs::remove_file(path);
     }
 
