@@ -70,3 +70,96 @@ fn build(generation: u64) -> Result<&'static Runtime> {
     RUNTIME_GENERATION.store(generation, Ordering::Release);
     Ok(leaked)
 }
+
+/// State a forked child must not inherit: each fork generation gets a `T` of its own, made
+/// (by `Default`) on first use in it. In a child the parent's is leaked, never locked nor
+/// dropped: a lock that one of the parent's threads held at the fork would never be released
+/// there, and its connections' sockets are the parent's.
+pub struct PerFork<T> {
+    /// Never null; replaced ones are leaked.
+    current: AtomicPtr<Generation<T>>,
+    /// Send and Sync as `T` is (an `AtomicPtr` alone is both whatever it points to).
+    _owns: std::marker::PhantomData<T>,
+}
+
+struct Generation<T> {
+    generation: u64,
+    value: T,
+}
+
+impl<T: Default> PerFork<T> {
+    pub fn new() -> Self {
+        PerFork {
+            current: AtomicPtr::new(Self::boxed(generation())),
+            _owns: std::marker::PhantomData,
+        }
+    }
+
+    fn boxed(generation: u64) -> *mut Generation<T> {
+        Box::into_raw(Box::new(Generation { generation, value: T::default() }))
+    }
+
+    /// This generation's value.
+    pub fn get(&self) -> &T {
+        self.get_in(generation())
+    }
+
+    fn get_in(&self, now: u64) -> &T {
+        let mut ptr = self.current.load(Ordering::Acquire);
+        loop {
+            // SAFETY: `current` always holds a pointer from `boxed`; one that is replaced is
+            // leaked and the last one is freed only in `drop` (with `&mut self`: no borrow of
+            // it is left), so it lives as long as `self`.
+            let current = unsafe { &*ptr };
+            if current.generation == now {
+                return &current.value;
+            }
+            let fresh = Self::boxed(now);
+            match self.current.compare_exchange(ptr, fresh, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: as above: `fresh` is now the current one.
+                Ok(_) => return unsafe { &(*fresh).value },
+                Err(newer) => {
+                    // Another thread of the child made one first: ours was never shared.
+                    // SAFETY: `fresh` came from `Box::into_raw` and nobody else has seen it.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    ptr = newer;
+                }
+            }
+        }
+    }
+}
+
+impl<T: Default> Default for PerFork<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Drop for PerFork<T> {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `boxed`, and `&mut self` means nobody borrows it.
+        let current = unsafe { Box::from_raw(*self.current.get_mut()) };
+        if current.generation != generation() {
+            std::mem::forget(current); // the parent's: see the type's documentation
+        }
+    }
+}
+
+#[cfg(test)]
+mod per_fork_tests {
+    use super::PerFork;
+
+    #[test]
+    fn a_new_generation_gets_a_fresh_value_and_keeps_it() {
+        let cell: PerFork<std::sync::Mutex<Vec<u32>>> = PerFork::new();
+        let now = super::generation();
+        cell.get_in(now).lock().unwrap().push(1);
+        assert_eq!(*cell.get_in(now).lock().unwrap(), [1]);
+        // As after a fork, with the parent's lock held by a thread the child does not have.
+        let held = cell.get_in(now).lock().unwrap();
+        assert!(cell.get_in(now + 1).lock().unwrap().is_empty());
+        cell.get_in(now + 1).lock().unwrap().push(2);
+        assert_eq!(*cell.get_in(now + 1).lock().unwrap(), [2]);
+        std::mem::forget(held);
+    }
+}

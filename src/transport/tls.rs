@@ -11,7 +11,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 use crate::bridge::{CompletionGuard, LoopQueue, Slot};
 use crate::errors::{Error, Result};
 use crate::proto::{Reply, Request};
-use crate::runtime;
+use crate::runtime::{self, PerFork};
 use crate::stats::{Open, Stats};
 use crate::transport::Timeouts;
 
@@ -44,8 +44,9 @@ pub struct TlsTransport {
     readonly: bool,
     addr: Arc<str>,
     pub stats: Arc<Stats>,
-    /// The reconnecting connection for async traffic, and the fork generation it belongs to.
-    aio: Mutex<Option<(u64, ConnectionManager, Open)>>,
+    /// The reconnecting connection for async traffic, per fork generation (a child leaks the
+    /// parent's: it is driven by a runtime that does not exist there).
+    aio: PerFork<Mutex<Option<(ConnectionManager, Open)>>>,
 }
 
 /// One thread's blocking TLS connection.
@@ -73,7 +74,7 @@ impl TlsTransport {
             readonly,
             addr: Arc::clone(addr),
             stats: Arc::clone(stats),
-            aio: Mutex::new(None),
+            aio: PerFork::new(),
         })
     }
 
@@ -109,16 +110,9 @@ impl TlsTransport {
 
     /// The multiplexed connection for async traffic, made on first use in this process.
     fn aio_conn(&self) -> Result<ConnectionManager> {
-        let generation = runtime::generation();
-        let mut aio = self.aio.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((g, manager, _)) = aio.as_ref() {
-            if *g == generation {
-                return Ok(manager.clone());
-            }
-        }
-        if let Some(stale) = aio.take() {
-            // The parent's connection, driven by a runtime that does not exist here.
-            std::mem::forget(stale);
+        let mut aio = self.aio.get().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((manager, _)) = aio.as_ref() {
+            return Ok(manager.clone());
         }
         let rt = runtime::get()?;
         let _entered = rt.enter();
@@ -128,7 +122,7 @@ impl TlsTransport {
             .set_number_of_retries(0);
         let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             .map_err(|e| self.fail(&e))?;
-        *aio = Some((generation, manager.clone(), self.stats.opened()));
+        *aio = Some((manager.clone(), self.stats.opened()));
         Ok(manager)
     }
 

@@ -14,7 +14,6 @@
 //! briefly while a core is free (`Spin`), read.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,7 @@ use redis::Value;
 use crate::errors::{Error, Result};
 use crate::ffi;
 use crate::proto::{ReadBuf, Replies, Reply, Request};
-use crate::runtime;
+use crate::runtime::PerFork;
 use crate::stats::Open;
 use crate::transport::mux::fifo::Fifo;
 use crate::transport::PlainConfig;
@@ -42,16 +41,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The process' shared sync connection to one server, remade on demand.
 pub struct Shared {
     config: Arc<PlainConfig>,
-    /// This fork generation's state (see `slot`); never null.
-    slot: AtomicPtr<Slot>,
-}
-
-/// The state of one fork generation: a forked child makes a new one rather than lock the
-/// parent's, whose mutex a thread the child does not have may have held at the fork (it would
-/// never be released), and whose line's socket is the parent's.
-struct Slot {
-    generation: u64,
-    current: Mutex<Current>,
+    /// Per fork generation: a child never locks its parent's.
+    current: PerFork<Mutex<Current>>,
 }
 
 #[derive(Default)]
@@ -67,34 +58,7 @@ struct Current {
 
 impl Shared {
     pub fn new(config: Arc<PlainConfig>) -> Self {
-        Shared { config, slot: AtomicPtr::new(Slot::boxed(runtime::generation())) }
-    }
-
-    /// This generation's slot, made on the first call in a forked child (the parent's is
-    /// leaked: freeing it would drop the parent's line).
-    fn slot(&self) -> &Slot {
-        let generation = runtime::generation();
-        let mut ptr = self.slot.load(Ordering::Acquire);
-        loop {
-            // SAFETY: `slot` always holds a pointer from `Slot::boxed`; a slot that is
-            // replaced is leaked and the last one is freed only in `drop` (no caller is left
-            // then), so it lives as long as `self`.
-            let slot = unsafe { &*ptr };
-            if slot.generation == generation {
-                return slot;
-            }
-            let fresh = Slot::boxed(generation);
-            match self.slot.compare_exchange(ptr, fresh, Ordering::AcqRel, Ordering::Acquire) {
-                // SAFETY: as above: `fresh` is now the slot, freed only in `drop`.
-                Ok(_) => return unsafe { &*fresh },
-                Err(now) => {
-                    // Another thread of the child won: free ours (never shared) and use its.
-                    // SAFETY: `fresh` came from `Box::into_raw` and nobody else has seen it.
-                    drop(unsafe { Box::from_raw(fresh) });
-                    ptr = now;
-                }
-            }
-        }
+        Shared { config, current: PerFork::new() }
     }
 
     /// One request from the calling thread (GIL released by the caller). A read that meets a
@@ -116,7 +80,7 @@ impl Shared {
     /// parent's.
     fn line(&self) -> Result<(Arc<Line>, bool)> {
         let asked = Instant::now();
-        let mut current = lock(&self.slot().current);
+        let mut current = lock(self.current.get());
         if let Some(line) = current.line.as_ref() {
             if line.usable() {
                 return Ok((Arc::clone(line), true));
@@ -143,24 +107,6 @@ impl Shared {
         }
         current.line = Some(Arc::clone(&line));
         Ok((line, false))
-    }
-}
-
-impl Slot {
-    fn boxed(generation: u64) -> *mut Slot {
-        Box::into_raw(Box::new(Slot { generation, current: Mutex::new(Current::default()) }))
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        let ptr = *self.slot.get_mut();
-        // SAFETY: the pointer came from `Slot::boxed`, and with `&mut self` nobody else
-        // holds it.
-        let slot = unsafe { Box::from_raw(ptr) };
-        if slot.generation != runtime::generation() {
-            std::mem::forget(slot); // the parent's (see `slot`)
-        }
     }
 }
 

@@ -23,7 +23,7 @@ use crate::bridge::{LoopQueue, Poller, Slot};
 use crate::errors::{Error, Result};
 use crate::ffi;
 use crate::proto::{ReadBuf, Replies};
-use crate::runtime;
+use crate::runtime::{self, PerFork};
 use crate::stats::{Open, Stats};
 use crate::transport::PlainConfig;
 
@@ -162,31 +162,26 @@ impl Drop for BreakOnDrop {
 /// The multiplexed connection of one client, remade on demand.
 pub struct Mux {
     config: Arc<PlainConfig>,
-    current: Mutex<Option<(u64, Arc<Conn>)>>,
+    /// Per fork generation: a child leaks its parent's connection (its socket is registered
+    /// with the parent's reactor, and touching it would disturb the parent).
+    current: PerFork<Mutex<Option<Arc<Conn>>>>,
 }
 
 impl Mux {
     pub fn new(config: Arc<PlainConfig>) -> Self {
-        Mux { config, current: Mutex::new(None) }
+        Mux { config, current: PerFork::new() }
     }
 
     /// The live connection, or a new one being made.
     fn conn(&self) -> Result<Arc<Conn>> {
-        let generation = runtime::generation();
-        let mut current = lock(&self.current);
-        if let Some((g, conn)) = current.as_ref() {
-            if *g == generation && !matches!(lock(&conn.state).phase, Phase::Broken) {
+        let mut current = lock(self.current.get());
+        if let Some(conn) = current.as_ref() {
+            if !matches!(lock(&conn.state).phase, Phase::Broken) {
                 return Ok(Arc::clone(conn));
             }
         }
-        if let Some((g, stale)) = current.take() {
-            if g == generation {
-                self.config.stats.reconnected();
-            } else {
-                // The parent's connection: its socket is registered with the parent's reactor,
-                // and touching it here would disturb the parent. Leak it.
-                std::mem::forget(stale);
-            }
+        if current.take().is_some() {
+            self.config.stats.reconnected();
         }
         let conn = Arc::new(Conn {
             state: Mutex::new(State {
@@ -204,7 +199,7 @@ impl Mux {
             open: std::sync::OnceLock::new(),
         });
         runtime::get()?.spawn(connect(Arc::clone(&conn), Arc::clone(&self.config)));
-        *current = Some((generation, Arc::clone(&conn)));
+        *current = Some(Arc::clone(&conn));
         Ok(conn)
     }
 
