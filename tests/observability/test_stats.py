@@ -26,6 +26,14 @@ from support.servers import RedisServer, free_port
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's own counters")
 
 
+def counted_cache(location: str, params: dict[str, Any] | None = None) -> Any:
+    """A cache whose counters start from zero: they belong to the client of the address, which
+    an earlier test's server on the same (reused) port may have counted on."""
+    cache = build_cache(location, params or {})
+    cache.reset_stats()
+    return cache
+
+
 def commandstats(server: RedisServer) -> dict[str, dict[str, int]]:
     """Return {command: {calls, failed_calls, rejected_calls}} from INFO commandstats."""
     out = {}
@@ -62,7 +70,7 @@ def traffic(ops: Ops) -> None:
 def test_calls_hits_and_misses_match_the_servers_count(
     fresh_redis_server: RedisServer, mode: str
 ) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     before = commandstats(fresh_redis_server)
     server_before = fresh_redis_server.info("stats")
     traffic(Ops(cache, mode))
@@ -88,7 +96,7 @@ def test_calls_hits_and_misses_match_the_servers_count(
 def test_error_replies_are_counted_by_family_and_class(
     fresh_redis_server: RedisServer, mode: str
 ) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     ops = Ops(cache, mode)
     ops.set("n", 1)
     # The first incr finds the script missing (NOSCRIPT), then sends it whole.
@@ -120,7 +128,7 @@ def test_bytes_match_the_servers_network_counters(
 
     server_before, first_info = info()
     options = {"SYNC_CONNECTIONS": sync_connections}
-    cache = build_cache(fresh_redis_server.url, {"OPTIONS": options})
+    cache = counted_cache(fresh_redis_server.url, {"OPTIONS": options})
     traffic(Ops(cache, mode))
     server_after, _ = info()
     ours = cache.stats()["totals"]
@@ -133,7 +141,7 @@ def test_bytes_match_the_servers_network_counters(
 
 
 def test_open_connections_match_client_list(fresh_redis_server: RedisServer) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     ready, done = threading.Barrier(4), threading.Event()
 
     def worker() -> None:
@@ -163,7 +171,7 @@ def test_open_connections_match_client_list(fresh_redis_server: RedisServer) -> 
 def test_threads_sharing_the_sync_connection_count_one(
     fresh_redis_server: RedisServer,
 ) -> None:
-    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
+    cache = counted_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
     threads = [threading.Thread(target=cache.get, args=("k",)) for _ in range(3)]
     for t in threads:
         t.start()
@@ -180,7 +188,7 @@ def test_threads_sharing_the_sync_connection_count_one(
 def test_a_server_restart_counts_one_reconnect_per_connection(
     fresh_redis_server: RedisServer,
 ) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     cache.set("k", 1)
     asyncio.run(cache.aset("k", 1))
     cache.reset_stats()
@@ -198,7 +206,7 @@ def test_a_server_restart_counts_one_reconnect_per_connection(
 
 
 def test_a_stalled_server_counts_timeouts(fresh_redis_server: RedisServer, mode: str) -> None:
-    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 0.2}})
+    cache = counted_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 0.2}})
     ops = Ops(cache, mode)
     ops.set("k", 1)
     fresh_redis_server.pause()
@@ -231,7 +239,7 @@ def test_fail_open_misses_are_counted(mode: str) -> None:
 def test_latency_histograms_count_every_round_trip(
     fresh_redis_server: RedisServer, mode: str
 ) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     ops = Ops(cache, mode)
     for _ in range(5):
         ops.get("k")
@@ -249,7 +257,7 @@ def test_latency_histograms_count_every_round_trip(
 def test_reset_zeroes_the_counters_but_not_open_connections(
     fresh_redis_server: RedisServer,
 ) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     cache.set("k", 1)
     cache.get("k")
     cache.reset_stats()
@@ -314,7 +322,7 @@ def test_a_cluster_counts_its_fan_outs_on_each_node(request: pytest.FixtureReque
 
 
 def test_a_forked_child_counts_from_zero(fresh_redis_server: RedisServer) -> None:
-    cache = build_cache(fresh_redis_server.url)
+    cache = counted_cache(fresh_redis_server.url)
     cache.set("k", 1)
     asyncio.run(cache.aget("k"))
     read, write = os.pipe()
