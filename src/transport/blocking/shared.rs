@@ -360,9 +360,14 @@ impl Line {
                     caught |= polling;
                     self.config.stats.received(n);
                     reader.buf.advance(n);
-                    // Replies that keep trickling in never let the blocking read time out:
-                    // check the oldest deadline here too.
-                    self.absorb(&mut reader.buf).and_then(|()| self.check_overdue())
+                    let absorbed = self.absorb(&mut reader.buf);
+                    if polling {
+                        absorbed // within the poll window: no deadline is near
+                    } else {
+                        // Replies that keep trickling in never let the blocking read time
+                        // out: check the oldest deadline here too.
+                        absorbed.and_then(|()| self.check_overdue())
+                    }
                 }
                 Err(e) if polling && e.kind() == std::io::ErrorKind::WouldBlock => {
                     if started.elapsed() < window {
