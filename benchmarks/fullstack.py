@@ -328,8 +328,10 @@ def run_group(
             print(
                 f"  {tag:<42} {view:<5} {cell['rps']:8.0f} req/s  p99 {cell['p99_ms']:6.1f} ms"
                 f"  app {cell['app_cpu_us']:5.0f} us  redis {cell['redis_cpu_us']:4.0f} us"
-                f" (commands {cell['redis_cmd_us']:.0f} us, {cell['redis_reads']:.1f} reads,"
-                f" {cell['redis_writes']:.1f} writes, {cell['redis_in_bytes']:.0f} B in,"
+                f" (user {cell['redis_user_us']:.0f} / sys {cell['redis_sys_us']:.0f} us,"
+                f" commands {cell['redis_cmd_us']:.0f} us, {cell['redis_reads']:.1f} reads,"
+                f" {cell['redis_writes']:.1f} writes, {cell['redis_sleeps']:.2f} sleeps,"
+                f" {cell['redis_in_bytes']:.0f} B in,"
                 f" {cell['redis_out_bytes']:.0f} B out)"
                 f"  conns {cell['conns_max']:.0f}"
                 + (f"  NON-2XX {cell['non2xx']:.0f}" if cell["non2xx"] else ""),

@@ -99,6 +99,9 @@ COLUMNS = (
     ("redis CPU us/req", "redis_cpu_us", 1),
     ("redis reads/req", "redis_reads", 1),
     ("redis commands us/req", "redis_cmd_us", 1),
+    ("redis user us/req", "redis_user_us", 0),
+    ("redis sys us/req", "redis_sys_us", 0),
+    ("redis sleeps/req", "redis_sleeps", 2),
     ("RSS MiB", "rss_mib", 0),
     ("conns (+opened)", "conns_max", 0),
 )

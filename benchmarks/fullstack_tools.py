@@ -17,6 +17,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
 CONNECTIONS = 64
@@ -89,6 +90,7 @@ class Monitor:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.file = self.sock.makefile("rb")
         self.lock = threading.Lock()
+        self.pid: int | None = None
 
     def info(self, section: str) -> dict[str, str]:
         with self.lock:
@@ -124,7 +126,24 @@ class Monitor:
         for field in self.info("commandstats").values():
             parts = dict(part.split("=", 1) for part in field.split(",") if "=" in part)
             work["cmd_us"] += float(parts.get("usec", 0))
+        # Its CPU split: user (commands, parsing, replies) and kernel (the socket calls, and on
+        # loopback the delivery to, and wake-up of, whoever waits for each reply it writes).
+        cpu = self.info("cpu")
+        work["user_us"] = float(cpu["used_cpu_user"]) * 1e6
+        work["sys_us"] = float(cpu["used_cpu_sys"]) * 1e6
+        work["sleeps"] = float(self._sleeps())
         return work
+
+    def _sleeps(self) -> int:
+        """How many times the server has waited for work (its voluntary context switches): a
+        server kept busy by full reads sleeps, and is woken, less per request."""
+        if self.pid is None:
+            self.pid = int(self.info("server").get("process_id", 0)) or 0
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+        return 0
 
     def clients(self) -> tuple[int, int]:
         """Return (connected clients other than this one, total connections received)."""
