@@ -135,24 +135,33 @@ enum Woke {
 }
 
 impl Ticket {
+    /// Give the caller its outcome. The wake-up comes after the lock is released: woken
+    /// while the lock is still held, the caller would only wake to wait for it.
     fn complete(&self, outcome: Result<Value>) {
-        let mut st = lock(&self.state);
-        if st.outcome.is_none() {
-            st.outcome = Some(outcome);
-            if st.asleep {
-                self.wake.notify_one();
+        let asleep = {
+            let mut st = lock(&self.state);
+            if st.outcome.is_some() {
+                return;
             }
+            st.outcome = Some(outcome);
+            st.asleep
+        };
+        if asleep {
+            self.wake.notify_one();
         }
     }
 
-    /// Pass the reading to this caller, unless it left.
+    /// Pass the reading to this caller, unless it left (woken, as above, after the lock).
     fn promote(&self) -> bool {
-        let mut st = lock(&self.state);
-        if st.gone || st.outcome.is_some() {
-            return false;
-        }
-        st.lead = true;
-        if st.asleep {
+        let asleep = {
+            let mut st = lock(&self.state);
+            if st.gone || st.outcome.is_some() {
+                return false;
+            }
+            st.lead = true;
+            st.asleep
+        };
+        if asleep {
             self.wake.notify_one();
         }
         true
