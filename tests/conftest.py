@@ -1,7 +1,8 @@
 """Shared fixtures: real redis-server processes, redoxide caches on them, sync/async dispatch.
 
 Layout: a folder per concern (contract/, api/, config/, values/, topologies/, reliability/,
-security/, connections/, packaging/; unit/ for pure logic without a server) and one support
+security/, connections/, packaging/, tools/ for the benchmarks' own tools; unit/ for pure
+logic without a server) and one support
 package, support/ (servers, the backend under test, sync/async dispatch, network fakes,
 secrets). Test files have no __init__.py and
 every test file has a basename of its own, so pytest's default "prepend" import mode imports

@@ -5,33 +5,13 @@ delay each way, and close the server side when a client leaves."""
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
+from fullstack_proxy import DelayProxy
 from support.servers import RedisServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from fullstack_proxy import DelayProxy
-
-DELAY_MS = 2.0
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    """A server of this module's own: its client count is this module's alone."""
-    with RedisServer() as started:
-        yield started
-
-
-@pytest.fixture
-def proxy(server: RedisServer) -> Iterator[DelayProxy]:
-    started = DelayProxy(server.port, DELAY_MS).start()
-    yield started
-    started.stop()
+DELAY_MS = 2.0  # the delay the `proxy` fixture (tools/conftest.py) adds each way
 
 
 def _command(*parts: bytes) -> bytes:
@@ -74,10 +54,10 @@ def test_no_reply_comes_back_sooner_than_the_delay_each_way(proxy: DelayProxy) -
 
 
 def test_connections_are_independent_and_a_client_leaving_closes_its_upstream(
-    proxy: DelayProxy, server: RedisServer
+    proxy: DelayProxy, proxied_server: RedisServer
 ) -> None:
     def clients() -> int:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        with socket.create_connection(("127.0.0.1", proxied_server.port), timeout=10) as sock:
             sock.sendall(_command(b"INFO", b"clients"))
             text = sock.recv(65536).decode()
         return int(text.split("connected_clients:")[1].split()[0]) - 1  # not this one
