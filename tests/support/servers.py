@@ -48,8 +48,8 @@ def server_version() -> str:
     return out.stdout.strip()
 
 
-def _command(*args: str | bytes) -> bytes:
-    """Encode one command in RESP."""
+def resp_command(*args: str | bytes) -> bytes:
+    """Encode one command in RESP (for raw sockets: probes, and the tools' own tests)."""
     parts = [f"*{len(args)}\r\n".encode()]
     for arg in args:
         data = arg.encode() if isinstance(arg, str) else arg
@@ -68,7 +68,7 @@ class Sleeper:
 
     def __init__(self, server: RedisServer, seconds: float, *, confirm_within: float = 5.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10 + seconds)
-        self.sock.sendall(_command("DEBUG", "SLEEP", str(seconds)))
+        self.sock.sendall(resp_command("DEBUG", "SLEEP", str(seconds)))
         deadline = time.monotonic() + confirm_within
         while not self._unanswered_ping(server.port):
             if time.monotonic() > deadline:
@@ -80,7 +80,7 @@ class Sleeper:
     def _unanswered_ping(port: int) -> bool:
         """True if a PING on a new connection gets no reply within 100 ms."""
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as probe:
-            probe.sendall(_command("PING"))
+            probe.sendall(resp_command("PING"))
             probe.settimeout(0.1)
             try:
                 return not probe.recv(64)
@@ -179,9 +179,9 @@ class RedisServer:
     def flushall(self) -> None:
         """Empty every database (a direct socket command: much faster than cli())."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=10.0) as sock:
-            request = _command("FLUSHALL")
+            request = resp_command("FLUSHALL")
             if self.password:
-                request = _command("AUTH", self.password) + request
+                request = resp_command("AUTH", self.password) + request
             sock.sendall(request)
             replies = b""
             while replies.count(b"\r\n") < (2 if self.password else 1):
@@ -195,9 +195,9 @@ class RedisServer:
     def _ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as sock:
-                request = _command("PING")
+                request = resp_command("PING")
                 if self.password:
-                    request = _command("AUTH", self.password) + request
+                    request = resp_command("AUTH", self.password) + request
                 sock.sendall(request)
                 data = b""
                 while b"PONG" not in data:
