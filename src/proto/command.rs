@@ -34,10 +34,9 @@ impl Request {
     pub fn is_idempotent(&self) -> bool {
         let Request::Cmd(cmd) = self else { return false };
         cmd.args_iter().next().is_some_and(|a| match a {
-            redis::Arg::Simple(name) => {
-                let name = name.to_ascii_uppercase();
-                matches!(name.as_slice(), b"GET" | b"MGET" | b"EXISTS" | b"PING" | b"TTL" | b"PTTL")
-            }
+            redis::Arg::Simple(name) => [&b"GET"[..], b"MGET", b"EXISTS", b"PING", b"TTL", b"PTTL"]
+                .iter()
+                .any(|read| name.eq_ignore_ascii_case(read)),
             _ => false,
         })
     }
@@ -124,6 +123,8 @@ mod tests {
         let mut get = redis::cmd("get");
         get.arg("k");
         assert!(Request::Cmd(get).is_idempotent());
+        assert!(Request::Cmd(redis::cmd("MGet")).is_idempotent());
+        assert!(!Request::Cmd(redis::cmd("GETDEL")).is_idempotent(), "a prefix is not a read");
         let mut incr = redis::cmd("INCR");
         incr.arg("k");
         assert!(!Request::Cmd(incr).is_idempotent());

@@ -42,17 +42,20 @@ fn may_replay(err: &Error, reused: bool, req: &Request) -> bool {
 
 impl ThreadConns {
     /// This thread's connection for a client: its position, and whether it was reused (not
-    /// just made). Made on first use; remade if stale or from before a fork.
+    /// just made). Made on first use; remade if stale or from before a fork. `replayable`:
+    /// the request is sent again on a new connection if this one turns out closed, so the
+    /// socket is not asked beforehand (a system call saved).
     fn position(
         &mut self,
         id: u64,
         transport: &Transport,
         generation: u64,
+        replayable: bool,
     ) -> Result<(usize, bool)> {
         let found = self.0.iter().position(|c| c.client_id == id);
         if let Some(i) = found {
             let conn = &self.0[i];
-            if conn.generation == generation && !conn.link.is_stale() {
+            if conn.generation == generation && (replayable || !conn.link.is_stale()) {
                 return Ok((i, true));
             }
         }
@@ -83,7 +86,7 @@ impl ThreadConns {
 
     /// This thread's connection for a client, made if needed (see `position`).
     pub fn link(&mut self, id: u64, transport: &Transport, generation: u64) -> Result<&mut Link> {
-        let (at, _) = self.position(id, transport, generation)?;
+        let (at, _) = self.position(id, transport, generation, false)?;
         Ok(&mut self.0[at].link)
     }
 
@@ -107,7 +110,7 @@ pub fn exec_sync(id: u64, transport: &Transport, req: &Request) -> Result<Reply>
     let generation = runtime::generation();
     with(|cell| {
         let mut conns = cell.borrow_mut();
-        let (at, reused) = conns.position(id, transport, generation)?;
+        let (at, reused) = conns.position(id, transport, generation, req.is_idempotent())?;
         let mut result = conns.0[at].link.send(req);
         if let Err(err) = &result {
             if breaks_connection(err) {

@@ -39,11 +39,17 @@ impl Default for Spin {
 impl Spin {
     /// How long to poll for this call's reply (zero: block at once).
     pub fn window(&mut self) -> Duration {
-        self.window_given(crate::idle::core_free(0))
+        self.window_with(|| crate::idle::core_free(0))
     }
 
     /// `window`, given whether the host has a core to spare.
+    #[cfg(test)]
     fn window_given(&mut self, core_free: bool) -> Duration {
+        self.window_with(|| core_free)
+    }
+
+    /// `window`, asking `core_free` only when the connection's own record allows polling.
+    fn window_with(&mut self, core_free: impl FnOnce() -> bool) -> Duration {
         self.calls = self.calls.wrapping_add(1);
         let probe = self.calls.is_multiple_of(64);
         // After repeated misses, or while replies take longer than polling lasts (a network
@@ -52,7 +58,7 @@ impl Spin {
             return Duration::ZERO;
         }
         // With no core to spare, polling takes the CPU from the work that would answer.
-        if !core_free {
+        if !core_free() {
             return Duration::ZERO;
         }
         (self.typical * 2).min(MAX_SPIN)
@@ -104,6 +110,15 @@ mod tests {
         }
         let polled = (0..128).filter(|_| !spin.window_given(true).is_zero()).count();
         assert_eq!(polled, 2);
+        // Meanwhile the host's load is not even read (only at the probes).
+        let asked = std::cell::Cell::new(0);
+        for _ in 0..63 {
+            spin.window_with(|| {
+                asked.set(asked.get() + 1);
+                true
+            });
+        }
+        assert_eq!(asked.get(), 0);
         // A caught reply resumes polling.
         spin.record(20 * US, true);
         assert!(!spin.window_given(true).is_zero());
