@@ -296,14 +296,15 @@ impl LoopQueue {
         for slot in self.take_ready() {
             if let Some(future) = slot.take_waker() {
                 let future = future.bind(py);
-                // A cancelled task's future is already done; its outcome is simply dropped.
-                let woken = future.call_method0(intern!(py, "done")).and_then(|done| {
-                    if done.is_truthy()? {
-                        Ok(())
-                    } else {
-                        future.call_method1(intern!(py, "set_result"), (py.None(),)).map(drop)
-                    }
-                });
+                // A cancelled task's future is already done and refuses the result, which is
+                // then simply dropped. Asked only after a refusal: one Python call a wake-up.
+                let woken = match future.call_method1(intern!(py, "set_result"), (py.None(),)) {
+                    Ok(_) => Ok(()),
+                    Err(refused) => match future.call_method0(intern!(py, "done")) {
+                        Ok(done) if done.is_truthy().unwrap_or(false) => Ok(()),
+                        _ => Err(refused),
+                    },
+                };
                 if let Err(err) = woken {
                     first_error.get_or_insert(err);
                 }

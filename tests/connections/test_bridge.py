@@ -155,3 +155,31 @@ def test_a_task_abandoned_on_a_closed_loop_is_collected(fresh_redis_server: Redi
         assert loop_ref() is None
     finally:
         fresh_redis_server.resume()
+
+
+def test_replies_for_cancelled_awaiters_are_dropped_without_an_error_on_the_loop(
+    cache: Any,
+) -> None:
+    # The wake-up of a cancelled task finds its future done (set_result refused): that reply
+    # is simply dropped; nothing reaches the loop's exception handler, later calls go on.
+    async def run() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        await cache.aset("k", "v")
+        cancelled = 0
+        for _ in range(20):
+            tasks = [asyncio.ensure_future(cache.aget("k")) for _ in range(20)]
+            await asyncio.sleep(0)  # every command is sent; most are not answered yet
+            for task in tasks[::2]:
+                task.cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            cancelled += sum(isinstance(r, asyncio.CancelledError) for r in done[::2])
+            assert all(isinstance(r, asyncio.CancelledError) or r == "v" for r in done[::2])
+            assert done[1::2] == ["v"] * 10
+        await asyncio.sleep(0.05)  # the last replies of cancelled awaiters are drained
+        assert await cache.aget("k") == "v"
+        assert cancelled > 0
+        return errors
+
+    assert asyncio.run(run()) == []
