@@ -34,10 +34,11 @@ pub fn breaks_connection(err: &Error) -> bool {
     matches!(err, Error::Connection(_) | Error::Timeout(_) | Error::Internal(_))
 }
 
-/// Whether a failed request is sent once more on a new connection: a read that met a
-/// connection closed under it (one that sat in the pool, not one just made).
-fn may_replay(err: &Error, reused: bool, req: &Request) -> bool {
-    reused && matches!(err, Error::Connection(_)) && req.is_idempotent()
+/// Whether a failed request is sent once more on a new connection: a read (`replayable`,
+/// `Request::is_idempotent`) that met a connection closed under it (one that sat in the pool,
+/// not one just made).
+fn may_replay(err: &Error, reused: bool, replayable: bool) -> bool {
+    reused && matches!(err, Error::Connection(_)) && replayable
 }
 
 impl ThreadConns {
@@ -110,13 +111,15 @@ pub fn exec_sync(id: u64, transport: &Transport, req: &Request) -> Result<Reply>
     let generation = runtime::generation();
     with(|cell| {
         let mut conns = cell.borrow_mut();
-        let (at, reused) = conns.position(id, transport, generation, req.is_idempotent())?;
+        // One answer for both: a request that may be replayed skips the staleness check.
+        let replayable = req.is_idempotent();
+        let (at, reused) = conns.position(id, transport, generation, replayable)?;
         let mut result = conns.0[at].link.send(req);
         if let Err(err) = &result {
             if breaks_connection(err) {
                 conns.0.swap_remove(at);
                 conns.1.push(id);
-                if may_replay(err, reused, req) {
+                if may_replay(err, reused, replayable) {
                     let mut link = transport.connect()?;
                     conns.forget_lost(id);
                     transport.stats().reconnected();
@@ -154,13 +157,13 @@ mod tests {
     #[test]
     fn only_reads_on_a_reused_connection_that_broke_are_replayed() {
         let broke = Error::Connection("closed".into());
-        assert!(may_replay(&broke, true, &get()));
+        assert!(may_replay(&broke, true, get().is_idempotent()));
         // A connection just made that fails is the server being away: no second try.
-        assert!(!may_replay(&broke, false, &get()));
+        assert!(!may_replay(&broke, false, get().is_idempotent()));
         // A timeout may have run the command already.
-        assert!(!may_replay(&Error::Timeout("slow".into()), true, &get()));
+        assert!(!may_replay(&Error::Timeout("slow".into()), true, get().is_idempotent()));
         let mut incr = redis::cmd("INCR");
         incr.arg("k");
-        assert!(!may_replay(&broke, true, &Request::Cmd(incr)));
+        assert!(!may_replay(&broke, true, Request::Cmd(incr).is_idempotent()));
     }
 }
