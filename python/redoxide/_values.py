@@ -54,6 +54,8 @@ class ValuesMixin:
         _serializer: Serializer
         _compressor: BaseCompressor
         _fast_pickle: bool
+        _fast_loads: Callable[[bytes], Any]
+        _fast_heads: frozenset[bytes]
         _protocol: int
         _compress: bool
 
@@ -137,14 +139,16 @@ class ValuesMixin:
 
     def _decode(self, data: bytes, key: Any) -> Any:
         try:
-            if data[:1] != b"\x80":
-                # Not a pickle (protocol >= 2): a raw int, compressed data, or another format.
-                # (A failing int() is slow: it formats an error message from the data.)
-                if data.isdigit() or (data[:1] == b"-" and data[1:].isdigit()):
-                    return int(data)
-                # Compressed by any known compressor (recognised by its magic bytes), whatever
-                # COMPRESSOR is now: values written before a change, or by django-redis.
-                data = decompress_any(data)
+            if data[:1] in self._fast_heads:
+                # Starts as only the serializer's own output does (a pickle's 0x80, say).
+                return self._fast_loads(data)
+            # A raw int, compressed data, or a value the fast path leaves to the serializer.
+            # (A failing int() is slow: it formats an error message from the data.)
+            if data.isdigit() or (data[:1] == b"-" and data[1:].isdigit()):
+                return int(data)
+            # Compressed by any known compressor (recognised by its magic bytes), whatever
+            # COMPRESSOR is now: values written before a change, or by django-redis.
+            data = decompress_any(data)
             if self._fast_pickle:
                 return pickle.loads(data)
             return self._serializer.loads(data)
@@ -167,11 +171,12 @@ class ValuesMixin:
         return [self._encode(v, k) for v, k in zip(values, named, strict=False)]
 
     def _decode_many(self, keys: list[Any], values: list[bytes | None]) -> dict[Any, Any]:
-        if self._fast_pickle:
-            loads = pickle.loads
+        heads = self._fast_heads
+        if heads:
+            loads = self._fast_loads
             try:
                 return {
-                    k: loads(v) if v[:1] == b"\x80" else self._decode(v, k)
+                    k: loads(v) if v[:1] in heads else self._decode(v, k)
                     for k, v in zip(keys, values, strict=True)
                     if v is not None
                 }

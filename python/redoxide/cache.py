@@ -30,7 +30,7 @@ from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config
 from redoxide.plans import Computed, FailOpen, Plan
-from redoxide.serializers import PickleSerializer
+from redoxide.serializers import PickleSerializer, fast_decoding
 from redoxide.topology import shared_client
 from redoxide.topology.commands import same_slot
 
@@ -131,6 +131,7 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         self._serializer = config.serializer
         self._compressor = config.compressor
         self._fast_pickle = type(self._serializer) is PickleSerializer
+        self._fast_loads, self._fast_heads = fast_decoding(self._serializer)
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
         self._compress = type(self._compressor) is not IdentityCompressor
         fail_open = FailOpen(

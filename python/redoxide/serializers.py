@@ -157,6 +157,16 @@ _ONE_BYTE_VALUES = frozenset(
 )
 
 
+def _fast_unpack(module: ModuleType, ormsgpack: bool) -> Callable[[bytes], Any]:
+    """Return loads for a value longer than one byte: the library's call and nothing else."""
+    # A closure over locals costs fewer instructions than functools.partial with keywords.
+    unpackb = module.unpackb
+    if ormsgpack:
+        option = module.OPT_NON_STR_KEYS
+        return lambda data: unpackb(data, option=option)
+    return lambda data: unpackb(data, raw=False, strict_map_key=False)
+
+
 def _enum_value(value: Any) -> Any:
     """Write enums that are ints, floats or strings as msgpack does: as their plain value."""
     for base in (int, float, str):
@@ -197,6 +207,8 @@ class MsgPackSerializer(BaseSerializer):
                 | module.OPT_PASSTHROUGH_ENUM
             )
 
+        self.fast_loads: Callable[[bytes], Any] = _fast_unpack(module, self._ormsgpack)
+
     def dumps(self, value: Any) -> bytes:
         if self._ormsgpack:
             data = self._packb(value, option=self._pack_option, default=_enum_value)
@@ -215,6 +227,34 @@ class MsgPackSerializer(BaseSerializer):
                 raise ValueError(f"not MessagePack: {len(data) - 1} bytes after a one-byte value")
             return self._unpackb(data, option=self._unpack_option)
         return self._unpackb(data, raw=False, strict_map_key=False)
+
+
+# First bytes of MessagePack values longer than one byte: maps, arrays and strings, bin, ext,
+# floats and sized ints. None of them is an ASCII digit, a "-" or a compression magic, so a
+# value starting with one is MessagePack or nothing, and goes straight to the library.
+_MSGPACK_HEADS = frozenset(
+    bytes([b]) for b in range(0x81, 0xE0) if b not in _ONE_BYTE_VALUES and b != 0xC1
+)
+# JSON objects, arrays and strings: "{", "[" and '"'.
+_JSON_HEADS = frozenset([b"{", b"[", b'"'])
+
+
+def fast_decoding(serializer: Serializer) -> tuple[Callable[[bytes], Any], frozenset[bytes]]:
+    """Return (loads, heads): a value whose first byte is in `heads` needs only `loads`.
+
+    Such a value cannot be a raw int or compressed data, so a read skips those checks, and
+    `loads` is the serializer's own decoding with nothing in between (pickle.loads itself for
+    pickle). For a serializer this module did not make exactly (a subclass may change
+    `loads`), `heads` is empty: every value takes the full path.
+    """
+    kind = type(serializer)
+    if kind is PickleSerializer:
+        return pickle.loads, frozenset([b"\x80"])
+    if isinstance(serializer, MsgPackSerializer) and kind is MsgPackSerializer:
+        return serializer.fast_loads, _MSGPACK_HEADS
+    if kind is JSONSerializer:
+        return serializer.loads, _JSON_HEADS
+    return serializer.loads, frozenset()
 
 
 # The spellings django-redis users know, and their CamelCase twins.

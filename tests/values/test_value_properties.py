@@ -9,6 +9,7 @@ every run) so CI is deterministic.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import math
 import uuid
@@ -262,6 +263,47 @@ def test_random_bytes_decode_or_raise_serialization_error(
                 cache._decode(data, "garbage-key")
             except SerializationError as exc:
                 assert "garbage-key" in str(exc)
+
+    check()
+
+
+def _outcome(decode: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "value", decode()
+    except SerializationError as exc:
+        return "error", type(exc.__cause__)
+
+
+@pytest.mark.parametrize("serializer", list(SERIALIZERS))
+def test_fast_decoding_reads_every_value_as_the_full_path_does(
+    caches: Callable[[str], list[Any]], serializer: str
+) -> None:
+    # A read sends a value whose first byte only the serializer writes straight to it; any
+    # value, well formed or not, must come out the same as through every check.
+    (cache, *_) = caches(serializer)
+    assert cache._fast_heads, "this serializer has a fast path"
+    full = copy.copy(cache)
+    full._fast_heads = frozenset()
+    values = VALUES[serializer]
+    data_of = st.one_of(
+        values.map(cache._encode),
+        st.builds(
+            lambda head, tail: head + tail, st.sampled_from(sorted(cache._fast_heads)), st.binary()
+        ),
+        values.map(lambda v: cache._encode(v) + b"\x00"),  # bytes after the value
+        garbage,
+    )
+
+    @settings(PROFILE, max_examples=200)
+    @given(data_of)
+    def check(data: bytes) -> None:
+        expected = _outcome(lambda: full._decode(data, "k"))
+        got = _outcome(lambda: cache._decode(data, "k"))
+        assert got[0] == expected[0], (data, got, expected)
+        if got[0] == "value":
+            assert_identical(got[1], expected[1])
+        batch = _outcome(lambda: cache._decode_many(["k"], [data])["k"])
+        assert batch[0] == expected[0], (data, batch, expected)
 
     check()
 
