@@ -260,9 +260,12 @@ class AppServer:
                 os.kill(pid, signal.SIGKILL)
 
 
-def measure(app: AppServer, monitor: Monitor, view: str, seconds: float) -> dict[str, float]:
+def measure(
+    app: AppServer, monitor: Monitor, view: str, seconds: float, proxy_pid: int | None = None
+) -> dict[str, float]:
     """Time one wrk window; return its figures with CPU, RSS and connections around it."""
     pids = app.pids()
+    proxy = [proxy_pid] if proxy_pid is not None else []
     samples: list[int] = []
     done = threading.Event()
 
@@ -272,6 +275,7 @@ def measure(app: AppServer, monitor: Monitor, view: str, seconds: float) -> dict
 
     clients0, received0 = monitor.clients()
     app0, redis0, work0 = cpu_seconds(pids), monitor.cpu(), monitor.work()
+    proxy0 = cpu_seconds(proxy)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -280,12 +284,16 @@ def measure(app: AppServer, monitor: Monitor, view: str, seconds: float) -> dict
         done.set()
         sampler.join()
     app1, redis1, work1 = cpu_seconds(pids), monitor.cpu(), monitor.work()  # the same processes
+    proxy1 = cpu_seconds(proxy)
     clients1, received1 = monitor.clients()
     n = max(result["requests"], 1.0)
     pids = app.pids()
     result.update(
         app_cpu_us=(app1 - app0) / n * 1e6,
         redis_cpu_us=(redis1 - redis0) / n * 1e6,
+        # The delay proxy's own CPU: a cost of the simulation that a real network does not
+        # put on the app's host (0 at loopback).
+        proxy_cpu_us=(proxy1 - proxy0) / n * 1e6,
         **{f"redis_{name}": (work1[name] - work0[name]) / n for name in work1},
         rss_mib=rss_bytes(pids) / 2**20,
         processes=float(len(pids)),
@@ -302,6 +310,7 @@ def run_group(
     project: Path,
     condition: str,
     location_port: int,
+    proxy_pid: int | None,
     mode: ServerMode,
     backend: Backend,
     views: Sequence[str],
@@ -323,12 +332,13 @@ def run_group(
             raise RuntimeError(f"setup answered {status} {body[:80]!r}: {app.log_tail()}")
         for view in views:
             wrk(app.url(view), config.warmup)
-            cell = measure(app, monitor, view, config.seconds)
+            cell = measure(app, monitor, view, config.seconds, proxy_pid)
             run.cells.setdefault(Run.key(condition, mode.name, view, backend.name), []).append(cell)
             print(
                 f"  {tag:<42} {view:<5} {cell['rps']:8.0f} req/s  p99 {cell['p99_ms']:6.1f} ms"
                 f"  app {cell['app_cpu_us']:5.0f} us  redis {cell['redis_cpu_us']:4.0f} us"
-                f" (user {cell['redis_user_us']:.0f} / sys {cell['redis_sys_us']:.0f} us,"
+                + (f"  proxy {cell['proxy_cpu_us']:4.0f} us" if proxy_pid is not None else "")
+                + f" (user {cell['redis_user_us']:.0f} / sys {cell['redis_sys_us']:.0f} us,"
                 f" commands {cell['redis_cmd_us']:.0f} us, {cell['redis_reads']:.1f} reads,"
                 f" {cell['redis_writes']:.1f} writes, {cell['redis_sleeps']:.2f} sleeps,"
                 f" {cell['redis_in_bytes']:.0f} B in,"
@@ -356,11 +366,13 @@ def run_all(run: Run) -> None:
         stack.callback(shutil.rmtree, project, True)
         write_project(project)
         ports = {"loopback": redis.port}
+        proxy_pids: dict[str, int | None] = {"loopback": None}
         run.proxy_rtt_ms["loopback"] = ping_rtt_ms(redis.port)
         if "delay" in config.conditions:
             proxy = DelayProxy(redis.port, config.delay_ms).start()
             stack.callback(proxy.stop)
             ports["delay"] = proxy.port
+            proxy_pids["delay"] = proxy.pid
             run.proxy_rtt_ms["delay"] = ping_rtt_ms(proxy.port)
         print(f"PING round trip (ms): {run.proxy_rtt_ms}", flush=True)
         backends = [BACKENDS[name] for name in config.backends]
@@ -371,13 +383,13 @@ def run_all(run: Run) -> None:
                 for name in config.servers:
                     mode = SERVERS[name]
                     print(f"round {r + 1}/{config.rounds}: {condition}, {mode.label}", flush=True)
+                    port, proxy_pid = ports[condition], proxy_pids[condition]
+                    where = (run, monitor, project, condition, port, proxy_pid, mode)
                     if "base" in config.views:
-                        args = (run, monitor, project, condition, ports[condition], mode)
-                        run_group(*args, BASELINE, ["base"])
+                        run_group(*where, BASELINE, ["base"])
                     if cache_views:
                         for backend in order:
-                            args = (run, monitor, project, condition, ports[condition], mode)
-                            run_group(*args, backend, cache_views)
+                            run_group(*where, backend, cache_views)
 
 
 # -- environment, output, command line ------------------------------------------------------

@@ -46,6 +46,11 @@ class DelayProxy:
         self.port = 0
         self._proc: subprocess.Popen[str] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """The proxy process' pid while it runs (its CPU is the simulated network's cost)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self) -> DelayProxy:
         script = os.path.abspath(__file__)
         args = [sys.executable, script, str(self.target_port), str(self.delay_ms)]
