@@ -1,16 +1,18 @@
 """A loopback TCP proxy that delays each direction: the simulated network of fullstack.py.
 
 The kernel here has no netem, so the "network" is this proxy on 127.0.0.1 in front of the
-redis-server. It runs as a process of its own with one thread: a ``select`` loop that stamps
-every chunk it receives with ``now + delay`` and sends each direction's chunks once their time
-has come (those already due in one send). Delays overlap, so pipelined traffic keeps its
-throughput and only gains latency, as on a real link.
+redis-server. It runs as a process of its own with one thread: an epoll loop that stamps every
+chunk it receives with ``now + delay`` and sends each direction's chunks once their time has
+come (those already due in one send). Delays overlap, so pipelined traffic keeps its
+throughput and only gains latency, as on a real link. A pass costs per chunk, not per open
+connection.
 
 One thread in its own process because the proxy must cost the same whatever the backend: with
 a thread per direction inside the benchmark's own interpreter, every chunk waited for that
 process' GIL, and a backend with more connections (one per WSGI thread) paid more for the same
 network (PING through it measured 2-4 ms instead of 1 ms on a loaded host). ``select`` takes
-its timeout in microseconds (epoll and asyncio's timers round to milliseconds).
+its timeout in microseconds (epoll and asyncio's timers round to milliseconds), so the loop
+waits in ``select`` on the epoll fd itself.
 """
 
 from __future__ import annotations
@@ -85,48 +87,32 @@ class _Direction:
     order; a chunk of None means the peer closed: shut this socket's sending side once all
     before it is sent."""
 
-    __slots__ = ("ended", "queue")
+    __slots__ = ("ended", "queue", "waiting")
 
     def __init__(self) -> None:
         self.queue: collections.deque[tuple[float, bytes | None]] = collections.deque()
         self.ended = False
-
-
-def _send_due(sock: socket.socket, way: _Direction, now: float) -> bool:
-    """Send what is due to sock (in one send) and shut its sending side if that is due; False
-    if the socket failed. What it does not take now stays first in line, due at once."""
-    out = []
-    while way.queue and way.queue[0][0] <= now and way.queue[0][1] is not None:
-        out.append(way.queue.popleft()[1])
-    if out:
-        data = b"".join(out)  # type: ignore[arg-type]  # None never reaches out
-        try:
-            sent = sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            return False
-        if sent < len(data):
-            way.queue.appendleft((now, data[sent:]))
-            return True
-    if way.queue and way.queue[0][1] is None and way.queue[0][0] <= now:
-        way.queue.popleft()
-        way.ended = True
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_WR)
-    return True
+        self.waiting = False  # its send buffer is full: waiting for it to be writable
 
 
 class _Proxy:
-    """The proxy's connections: each open socket's incoming bytes, its peer, and which sockets
-    are still being read (not yet at end of stream)."""
+    """The proxy's connections: each open socket's incoming bytes and its peer, an epoll set
+    of them, and one FIFO of (due, socket) for every chunk received.
+
+    The delay is the same for every chunk, so chunks fall due in the order they arrived: the
+    FIFO's head is always the next due, and a pass touches only the sockets that have
+    something due or something to read, however many connections are open (a real network
+    costs a backend nothing per idle connection)."""
 
     def __init__(self, target_port: int, delay: float) -> None:
         self.target_port = target_port
         self.delay = delay
-        self.towards: dict[socket.socket, _Direction] = {}
-        self.peer: dict[socket.socket, socket.socket] = {}
-        self.reading: set[socket.socket] = set()
+        self.towards: dict[int, _Direction] = {}
+        self.sockets: dict[int, socket.socket] = {}
+        self.peer: dict[int, int] = {}
+        self.due: collections.deque[tuple[float, int]] = collections.deque()
+        self.finished: set[int] = set()  # read to their end of stream
+        self.poller = select.epoll()
 
     def accept(self, listener: socket.socket) -> None:
         with contextlib.suppress(OSError):
@@ -135,55 +121,99 @@ class _Proxy:
             for s in (client, upstream):
                 _nodelay(s)
                 s.setblocking(False)
-                self.towards[s] = _Direction()
-                self.reading.add(s)
-            self.peer[client], self.peer[upstream] = upstream, client
+                self.towards[s.fileno()] = _Direction()
+                self.sockets[s.fileno()] = s
+                self.poller.register(s.fileno(), select.EPOLLIN)
+            self.peer[client.fileno()], self.peer[upstream.fileno()] = (
+                upstream.fileno(),
+                client.fileno(),
+            )
 
-    def close_pair(self, sock: socket.socket) -> None:
-        for s in (sock, self.peer.get(sock)):
-            if s is not None:
-                self.towards.pop(s, None)
-                self.peer.pop(s, None)
-                self.reading.discard(s)
-                with contextlib.suppress(OSError):
-                    s.close()
-
-    def send_pass(self, now: float) -> tuple[float | None, list[socket.socket]]:
-        """Send everything due; return when the next chunk falls due, and the sockets whose
-        buffers are full (to wait for until writable). Pairs done both ways are closed."""
-        next_due = None
-        blocked = []
-        for sock, way in list(self.towards.items()):
-            if sock not in self.towards:
-                continue  # closed with its peer in this pass
-            if not _send_due(sock, way, now):
-                self.close_pair(sock)
+    def close_pair(self, fd: int) -> None:
+        for f in (fd, self.peer.get(fd)):
+            if f is None or f not in self.sockets:
                 continue
-            if way.queue:
-                due = way.queue[0][0]
-                if due <= now:
-                    blocked.append(sock)
-                else:
-                    next_due = due if next_due is None else min(next_due, due)
-            other = self.peer[sock]
-            ended = way.ended and self.towards[other].ended
-            if ended and sock not in self.reading and other not in self.reading:
-                self.close_pair(sock)
-        return next_due, blocked
+            self.towards.pop(f, None)
+            self.peer.pop(f, None)
+            self.finished.discard(f)
+            sock = self.sockets.pop(f)
+            with contextlib.suppress(OSError, ValueError):
+                self.poller.unregister(f)
+            with contextlib.suppress(OSError):
+                sock.close()
 
-    def read(self, sock: socket.socket, now: float) -> None:
-        other = self.peer.get(sock)
+    def _watch(self, fd: int) -> None:
+        """Register what fd waits for: reading until its end of stream, writing while blocked."""
+        events = 0 if fd in self.finished else select.EPOLLIN
+        if self.towards[fd].waiting:
+            events |= select.EPOLLOUT
+        with contextlib.suppress(OSError):
+            self.poller.modify(fd, events)
+
+    def send_due(self, fd: int, now: float) -> None:
+        """Send what is due to fd (in one send) and shut its sending side if that is due.
+
+        What the socket does not take now stays first in line, due at once, and fd waits to be
+        writable. A failed socket closes its pair."""
+        way = self.towards.get(fd)
+        if way is None:
+            return  # closed since
+        out = []
+        while way.queue and way.queue[0][0] <= now and way.queue[0][1] is not None:
+            out.append(way.queue.popleft()[1])
+        blocked = False
+        if out:
+            data = b"".join(out)  # type: ignore[arg-type]  # None never reaches out
+            try:
+                sent = self.sockets[fd].send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.close_pair(fd)
+                return
+            if sent < len(data):
+                way.queue.appendleft((now, data[sent:]))
+                blocked = True
+        if not blocked and way.queue and way.queue[0][1] is None and way.queue[0][0] <= now:
+            way.queue.popleft()
+            with contextlib.suppress(OSError):
+                self.sockets[fd].shutdown(socket.SHUT_WR)
+            if self.towards[self.peer[fd]].ended:
+                self.close_pair(fd)  # done both ways
+                return
+            way.ended = True
+        if blocked != way.waiting:
+            way.waiting = blocked
+            self._watch(fd)
+
+    def read(self, fd: int, now: float) -> None:
+        other = self.peer.get(fd)
         if other is None:
             return
+        if fd in self.finished:
+            # Hung up after its end of stream: stop watching it (epoll reports a hang-up
+            # whatever it is asked); what is still due to it is sent, or fails and closes.
+            with contextlib.suppress(OSError):
+                self.poller.unregister(fd)
+            return
         try:
-            data = sock.recv(_CHUNK)
+            data = self.sockets[fd].recv(_CHUNK)
         except BlockingIOError:
             return
         except OSError:
             data = b""
-        if not data:
-            self.reading.discard(sock)
         self.towards[other].queue.append((now + self.delay, data or None))
+        self.due.append((now + self.delay, other))
+        if not data:
+            self.finished.add(fd)  # its peer's sending side is shut when this falls due
+            self._watch(fd)
+
+    def send_pass(self, now: float) -> float | None:
+        """Send everything due; return when the next chunk falls due (None: nothing queued)."""
+        due = self.due
+        while due and due[0][0] <= now:
+            self.send_due(due.popleft()[1], now)
+        return due[0][0] if due else None
 
 
 def _precise_timers() -> None:
@@ -202,18 +232,25 @@ def serve(target_port: int, delay_ms: float) -> None:
     listener.setblocking(False)
     print(listener.getsockname()[1], flush=True)
     proxy = _Proxy(target_port, delay_ms / 1000.0)
+    proxy.poller.register(listener.fileno(), select.EPOLLIN)
     _precise_timers()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # epoll's own timeout is in milliseconds; select on the epoll fd waits to the microsecond.
+    ready_fd = [proxy.poller.fileno()]
     while True:
-        next_due, blocked = proxy.send_pass(time.monotonic())
+        next_due = proxy.send_pass(time.monotonic())
         timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
-        readable, _, _ = select.select([listener, *proxy.reading], blocked, [], timeout)
+        if not select.select(ready_fd, [], [], timeout)[0]:
+            continue
         now = time.monotonic()
-        for sock in readable:
-            if sock is listener:
+        for fd, events in proxy.poller.poll(0):
+            if fd == listener.fileno():
                 proxy.accept(listener)
-            else:
-                proxy.read(sock, now)
+                continue
+            if events & select.EPOLLOUT:
+                proxy.send_due(fd, now)
+            if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                proxy.read(fd, now)
 
 
 def ping_rtt_ms(port: int, samples: int = 50) -> float:
