@@ -175,6 +175,13 @@ BACKENDS = {
             "redoxide.RedisCache",
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SYNC_CONNECTIONS": "shared"}',
         ),
+        # MessagePack, as django-vcache stores by default: the like-for-like row beside it.
+        Backend(
+            "redoxide-msgpack",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            '{"SERIALIZER": "redoxide.serializers.MsgPackSerializer"}',
+        ),
         # Defaults, as its README configures it: msgpack serializer, one multiplexed connection.
         _same("django-vcache", "django_vcache.backend.ValkeyCache"),
         # Its client-side cache (redis-rs' tracking cache) on.
@@ -194,7 +201,13 @@ BACKENDS = {
     )
 }
 # Variants measured only when asked for (--backends ...).
-OPT_IN = ("redoxide-shared", "redoxide-near", "redoxide-near-shared", "django-vcache-csc")
+OPT_IN = (
+    "redoxide-shared",
+    "redoxide-near",
+    "redoxide-near-shared",
+    "redoxide-msgpack",
+    "django-vcache-csc",
+)
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
 VIEWS = ("six", "read", "base")
 CONDITIONS = ("loopback", "delay")
