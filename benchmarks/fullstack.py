@@ -142,6 +142,7 @@ class Backend:
     async_class: str  # BACKEND under ASGI
     sync_class: str  # BACKEND under WSGI
     options: str = ""  # OPTIONS, as JSON
+    env: tuple[tuple[str, str], ...] = ()  # environment of the app server
 
     def backend(self, kind: str) -> str:
         return self.async_class if kind == "async" else self.sync_class
@@ -175,6 +176,14 @@ BACKENDS = {
             "redoxide.RedisCache",
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SYNC_CONNECTIONS": "shared"}',
         ),
+        # The busy-host behaviour everywhere: never poll for replies, every command that
+        # finds others in flight waits for the loop's flush (REDOXIDE_POLL=never).
+        Backend(
+            "redoxide-nopoll",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            env=(("REDOXIDE_POLL", "never"),),
+        ),
         # MessagePack, as django-vcache stores by default: the like-for-like row beside it.
         Backend(
             "redoxide-msgpack",
@@ -206,6 +215,7 @@ OPT_IN = (
     "redoxide-near",
     "redoxide-near-shared",
     "redoxide-msgpack",
+    "redoxide-nopoll",
     "django-vcache-csc",
 )
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
@@ -335,6 +345,7 @@ def run_group(
         "BENCH_LOCATION": f"redis://127.0.0.1:{location_port}/0",
         "BENCH_KEY_PREFIX": "fs-" + re.sub(r"\W", "", backend.name),
         "BENCH_OPTIONS": backend.options,
+        **dict(backend.env),
     }
     app = AppServer(mode, project, env)
     tag = f"{condition}/{mode.name}/{backend.name}"
