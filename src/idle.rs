@@ -6,6 +6,11 @@
 //! (`/proc/loadavg`'s fourth field) are no more than its cores: the caller and the server
 //! working on its request may run, anything more and the cores are contended. The reading is
 //! taken at most every `REFRESH` per process and shared by every thread.
+//!
+//! One reading is a snapshot, and on a loaded server snapshots swing: under granian ASGI with
+//! two busy workers on two cores, about half of them showed few enough runnable tasks for a
+//! "free" core that was not there. So the decision is made on a moving average of the recent
+//! readings (`SMOOTHING`), which a loaded server keeps above the line and an idle host below.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -14,8 +19,14 @@ use std::time::{Duration, Instant};
 /// How long one reading of the host's load is used.
 const REFRESH: Duration = Duration::from_millis(2);
 
+/// Each new reading moves the average by 1/SMOOTHING of the difference (about 16 ms of
+/// readings at one per `REFRESH`).
+const SMOOTHING: usize = 8;
+/// The average is kept in 1/SCALE tasks.
+const SCALE: usize = 256;
+
 static CHECKED_AT_NS: AtomicU64 = AtomicU64::new(u64::MAX);
-/// The last reading: runnable tasks (0: unknown, taken as free).
+/// The moving average of the readings, in 1/SCALE runnable tasks (0: unknown, taken as free).
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 fn now_ns() -> u64 {
@@ -39,15 +50,31 @@ pub fn core_free(helpers: usize) -> bool {
     let now = now_ns();
     let last = CHECKED_AT_NS.load(Ordering::Relaxed);
     let fresh = last != u64::MAX && now.saturating_sub(last) < REFRESH.as_nanos() as u64;
-    let running = if fresh {
+    let average = if fresh {
         RUNNING.load(Ordering::Relaxed)
     } else {
         CHECKED_AT_NS.store(now, Ordering::Relaxed);
-        let running = runnable().unwrap_or(0);
-        RUNNING.store(running, Ordering::Relaxed);
-        running
+        // (Two threads refreshing at once may each apply their reading: harmless.)
+        let average = runnable().map_or(0, |r| smoothed(RUNNING.load(Ordering::Relaxed), r));
+        RUNNING.store(average, Ordering::Relaxed);
+        average
     };
-    running == 0 || leaves_a_core(running.saturating_sub(helpers), cores())
+    // Rounded to the nearest task.
+    let running = (average + SCALE / 2) / SCALE;
+    average == 0 || leaves_a_core(running.saturating_sub(helpers), cores())
+}
+
+/// The moving average (in 1/SCALE tasks) after a reading of `runnable` tasks.
+fn smoothed(average: usize, runnable: usize) -> usize {
+    let reading = runnable.saturating_mul(SCALE).max(1);
+    if average == 0 {
+        return reading; // the first reading
+    }
+    if reading >= average {
+        average + (reading - average) / SMOOTHING
+    } else {
+        average - (average - reading) / SMOOTHING
+    }
 }
 
 /// `REDOXIDE_POLL=never` (read once): treat the host as always busy, for operators who know it
@@ -106,6 +133,25 @@ mod tests {
         assert!(!leaves_a_core(3, 2));
         assert!(leaves_a_core(4, 4));
         assert!(!leaves_a_core(1, 1), "one core: the reply needs the caller's core");
+    }
+
+    #[test]
+    fn the_decision_follows_the_average_of_readings_not_one_snapshot() {
+        let mut avg = smoothed(0, 2);
+        assert_eq!(avg, 2 * SCALE, "the first reading is taken as it is");
+        // A loaded server: readings swing between 2 and 6 around 4.
+        for r in [2, 6, 3, 5, 2, 6, 4, 3, 5, 4, 2, 6, 3, 5, 4, 4] {
+            avg = smoothed(avg, r);
+        }
+        let running = (avg + SCALE / 2) / SCALE;
+        assert!((3..=5).contains(&running), "{avg}");
+        assert!(!leaves_a_core(running - 1, 2), "one low snapshot does not free a core");
+        // The load goes: within a few dozen readings the average follows it down.
+        for _ in 0..40 {
+            avg = smoothed(avg, 1);
+        }
+        assert!(leaves_a_core((avg + SCALE / 2) / SCALE, 2), "{avg}");
+        assert!(smoothed(avg, 0) >= 1, "a reading never makes the average unknown");
     }
 
     #[test]
