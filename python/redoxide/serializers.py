@@ -207,7 +207,7 @@ class MsgPackSerializer(BaseSerializer):
                 | module.OPT_PASSTHROUGH_ENUM
             )
 
-        self.fast_loads: Callable[[bytes], Any] = _fast_unpack(module, self._ormsgpack)
+        self._fast_loads: Callable[[bytes], Any] = _fast_unpack(module, self._ormsgpack)
 
     def dumps(self, value: Any) -> bytes:
         if self._ormsgpack:
@@ -247,12 +247,11 @@ def fast_decoding(serializer: Serializer) -> tuple[Callable[[bytes], Any], froze
     pickle). For a serializer this module did not make exactly (a subclass may change
     `loads`), `heads` is empty: every value takes the full path.
     """
-    kind = type(serializer)
-    if kind is PickleSerializer:
+    if type(serializer) is PickleSerializer:
         return pickle.loads, frozenset([b"\x80"])
-    if isinstance(serializer, MsgPackSerializer) and kind is MsgPackSerializer:
-        return serializer.fast_loads, _MSGPACK_HEADS
-    if kind is JSONSerializer:
+    if type(serializer) is MsgPackSerializer:
+        return serializer._fast_loads, _MSGPACK_HEADS
+    if type(serializer) is JSONSerializer:
         return serializer.loads, _JSON_HEADS
     return serializer.loads, frozenset()
 
