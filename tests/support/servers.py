@@ -567,7 +567,9 @@ class Sentinel(RedisServer):
                 f"logfile {self.logfile}\n"
                 f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} {self.quorum}\n"
                 f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
-                f"sentinel failover-timeout {self.service} 10000\n"
+                # A sentinel retries a failover that found no leader (a split vote, likelier
+                # on a loaded host) after twice this: 6 s, not Redis' default of 6 minutes.
+                f"sentinel failover-timeout {self.service} 3000\n"
                 f"sentinel parallel-syncs {self.service} 2\n"
             )
         self._proc = subprocess.Popen(
@@ -645,6 +647,25 @@ class SentinelSet:
     def current_primary_port(self) -> int:
         reply = self.sentinels[0].cli("sentinel", "get-master-addr-by-name", self.service)
         return int(reply.splitlines()[1])
+
+    def wait_for_new_primary(self, old_port: int, timeout: float = 30) -> int:
+        """Wait until every sentinel names a primary other than `old_port`; return its port.
+        On timeout the assertion carries each sentinel's log, which says why (TILT, a vote
+        that found no leader, no replica good enough)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ports = set()
+            for sentinel in self.sentinels:
+                reply = sentinel.cli("sentinel", "get-master-addr-by-name", self.service)
+                ports.add(int(reply.splitlines()[1]))
+            if len(ports) == 1 and old_port not in ports:
+                return ports.pop()
+            if time.monotonic() > deadline:
+                logs = "\n".join(
+                    f"--- sentinel {s.port}:\n{s._read_log()[-2500:]}" for s in self.sentinels
+                )
+                raise AssertionError(f"sentinels did not fail over in {timeout} s:\n{logs}")
+            time.sleep(0.05)
 
     def node_for_port(self, port: int) -> RedisServer:
         return next(node for node in self.data_nodes if node.port == port)
