@@ -184,6 +184,14 @@ BACKENDS = {
             "redoxide.RedisCache",
             env=(("REDOXIDE_POLL", "never"),),
         ),
+        # Another build of redoxide beside this one, in the same run: the package directory
+        # that holds it (a copy of python/ with its own .so) in REDOXIDE_ALT_PYTHONPATH.
+        Backend(
+            "redoxide-alt",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            env=(("PYTHONPATH", os.environ.get("REDOXIDE_ALT_PYTHONPATH", "")),),
+        ),
         # MessagePack, as django-vcache stores by default: the like-for-like row beside it.
         Backend(
             "redoxide-msgpack",
@@ -216,6 +224,7 @@ OPT_IN = (
     "redoxide-near-shared",
     "redoxide-msgpack",
     "redoxide-nopoll",
+    "redoxide-alt",
     "django-vcache-csc",
 )
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
@@ -232,7 +241,9 @@ class AppServer:
         self.port = free_port()
         self.log_path = project / f"server-{self.port}.log"
         # An inherited PYTHONPATH stays after the project (to run another checkout's package).
-        path = os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH")) if p)
+        # A backend's own PYTHONPATH (another build of the package) comes right after it.
+        inherited = (env.get("PYTHONPATH"), os.environ.get("PYTHONPATH"))
+        path = os.pathsep.join(p for p in (str(project), *inherited) if p)
         self.env = {**os.environ, **env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -525,6 +536,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         "--redraw", metavar="JSON", help="print the tables and redraw the chart from a saved run"
     )
     args = p.parse_args(argv)
+    if "redoxide-alt" in args.backends and not os.environ.get("REDOXIDE_ALT_PYTHONPATH"):
+        p.error("redoxide-alt runs the package in REDOXIDE_ALT_PYTHONPATH, which is not set")
     try:
         return Config(
             rounds=args.rounds or (1 if args.quick else 3),
