@@ -151,6 +151,8 @@ pub struct LoopQueue {
     /// The threadsafe signal's drain is scheduled and has not started: completions meanwhile
     /// need no other post (its drain, or one by the loop thread, takes them).
     posted: AtomicBool,
+    /// This loop's flush of deferred writes is scheduled and has not run yet.
+    flush_scheduled: AtomicBool,
 }
 
 impl LoopQueue {
@@ -161,7 +163,19 @@ impl LoopQueue {
             latency_ns: AtomicU64::new(INITIAL_LATENCY_NS),
             in_flight: AtomicUsize::new(0),
             posted: AtomicBool::new(false),
+            flush_scheduled: AtomicBool::new(false),
         }
+    }
+
+    /// Claim this loop's flush of deferred writes: true if the caller must schedule it (none
+    /// is pending). Per loop, so a loop that stopped before its flush ran blocks no other.
+    pub fn claim_flush(&self) -> bool {
+        !self.flush_scheduled.swap(true, Ordering::AcqRel)
+    }
+
+    /// This loop's scheduled flush has run.
+    pub fn flushed(&self) {
+        self.flush_scheduled.store(false, Ordering::Release);
     }
 
     /// A queue for `event_loop` (a weak reference to it, for the threadsafe signal) that

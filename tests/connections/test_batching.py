@@ -125,6 +125,48 @@ def test_a_long_run_of_commands_in_one_iteration_is_written_before_the_loop_come
     assert replies == [[True]] * sent
 
 
+def test_a_connection_dropped_in_a_long_run_fails_what_waited_typed_and_recovers(
+    fresh_redis_server: RedisServer,
+) -> None:
+    """The server drops the connection in the middle of a run of commands longer than the
+    early-write bound, all sent in one loop iteration: what was written is answered, what
+    still waited for the loop's flush fails with a connection error (none hangs), and the
+    rest of the run goes out on a new connection."""
+    from redoxide._bridges import bridge
+
+    errors = backend_errors()
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 1.0}})
+    observer = redis.Redis.from_url(fresh_redis_server.url)
+    half = 50
+
+    def run(start: int) -> list[Any]:
+        return [
+            cache._client.pipeline([("SET", f"d{i}", i)], bridge())
+            for i in range(start, start + half)
+        ]
+
+    async def main() -> list[Any]:
+        await cache.aset("warm", 1)
+        observer.delete(cache.make_key("warm"))
+        first = run(0)  # nothing here yields to the loop until the gather
+        deadline = time.monotonic() + 2.0
+        while observer.dbsize() < half // 3 and time.monotonic() < deadline:
+            time.sleep(0.005)  # the early write reached the server
+        observer.client_kill_filter(_type="normal", skipme=True)
+        time.sleep(1.0)  # the I/O thread sees the connection closed (at once, unless starved)
+        return await asyncio.gather(*first, *run(half), return_exceptions=True)
+
+    outcomes = asyncio.run(asyncio.wait_for(main(), 5.0))
+    assert len(outcomes) == 2 * half
+    for outcome in outcomes:
+        assert outcome == [True] or isinstance(outcome, errors.ConnectionInterrupted), outcome
+    assert outcomes[0] == [True]
+    assert any(isinstance(o, errors.ConnectionInterrupted) for o in outcomes[:half])
+    assert outcomes[half:] == [[True]] * half
+    assert all(observer.exists(f"d{i}") for i in range(half, 2 * half))
+    assert asyncio.run(cache.aget_many(["missing"])) == {}
+
+
 def test_shared_sync_connection_serves_every_thread(fresh_redis_server: RedisServer) -> None:
     cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "shared"}})
     errors: list[BaseException] = []
@@ -173,13 +215,15 @@ def test_sync_connections_option_is_validated(fresh_redis_server: RedisServer) -
 def test_a_loop_stopped_before_its_flush_leaves_nothing_stuck(
     fresh_redis_server: RedisServer,
 ) -> None:
-    """A loop that stops (run_forever returns) right after a bulk command was buffered for
-    its flush: the command still reaches the server, and the thread's later loops get theirs
-    written at once (none waits behind a flush that never runs)."""
+    """A loop that stops (run_forever returns) right after a command was buffered for its
+    flush, which then never runs: the next command sent on the connection, from another
+    thread's loop or a later loop of this thread, writes it too. Nothing waits for a flush
+    that never comes (it would wait for the response timeout)."""
     from redoxide._bridges import bridge
 
-    errors = backend_errors()
-    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 1.0}})
+    timeout = 2.0
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": timeout}})
+    asyncio.run(cache.aset("warm", 1))  # the connection is open: what follows is buffered
     loop = asyncio.new_event_loop()
     left: list[Any] = []
 
@@ -192,24 +236,27 @@ def test_a_loop_stopped_before_its_flush_leaves_nothing_stuck(
         )
 
     observer = redis.Redis.from_url(fresh_redis_server.url)
+    outcome: list[Any] = []
     try:
         task = loop.create_task(stop_with_a_write_waiting())
         loop.run_forever()
         assert task.done()
         assert left, "the step that stops the loop did not run"
-        deadline = time.monotonic() + 0.9
-        while observer.get("x") != b"1":  # a raw command: the key as given
-            assert time.monotonic() < deadline, "the buffered pipeline was never written"
-            time.sleep(0.01)
+
+        def other_thread() -> None:
+            started = time.monotonic()
+            asyncio.run(cache.aset_many({"p": 1, "q": 2}))
+            outcome.append(time.monotonic() - started)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(3 * timeout)
+        assert outcome and outcome[0] < timeout / 2, outcome  # not stuck behind the flush
+        assert observer.get("x") == b"1"  # a raw command: the key as given
         for _ in range(3):
             started = time.monotonic()
-            try:
-                asyncio.run(cache.aset_many({"p": 1, "q": 2}))
-                got = asyncio.run(cache.aget_many(["p", "q"]))
-            except errors.CacheTimeout:
-                got = "timed out"
-            assert got == {"p": 1, "q": 2}
-            assert time.monotonic() - started < 0.9  # under the response timeout: not stuck
+            assert asyncio.run(cache.aget_many(["p", "q"])) == {"p": 1, "q": 2}
+            assert time.monotonic() - started < timeout / 2
     finally:
         left.clear()
         loop.close()

@@ -238,7 +238,8 @@ impl Mux {
         // with the server reading 1.5-5x as often; in steady loops of 50 tasks fewer calls/s
         // at 1.3-1.4x the client CPU per call.
         let defer = queue.in_flight() > 0;
-        self.submit_for(packed, replies, Done::Loop { slot, queue }, defer)
+        let flusher = defer.then(|| Arc::clone(&queue));
+        self.submit_for(packed, replies, Done::Loop { slot, queue }, flusher)
     }
 
     fn submit_for(
@@ -246,8 +247,9 @@ impl Mux {
         packed: &[u8],
         replies: Replies,
         done: Done,
-        defer: bool,
+        flusher: Option<Arc<LoopQueue>>,
     ) -> Result<(Arc<Conn>, bool)> {
+        let defer = flusher.is_some();
         let conn = self.conn()?;
         let mut st = lock(&conn.state);
         let budget = match st.phase {
@@ -274,22 +276,23 @@ impl Mux {
             }
             Phase::Ready(fd) => {
                 self.config.stats.sent(packed.len());
-                // Replies are outstanding: batch with whatever else comes this tick (bytes
-                // already waiting are someone's to write: the writer's, or a loop's flush).
-                let unclaimed = st.outbuf.is_empty() && !st.writing;
-                st.outbuf.extend_from_slice(packed);
-                if unclaimed {
+                // Replies are outstanding. Bytes the writer task is writing are its to finish;
+                // otherwise whoever adds to the buffer sees it written, and never counts on
+                // another loop's flush (that loop may have stopped and never flush).
+                if st.outbuf.is_empty() && !st.writing {
                     st.batched = 0;
-                    if defer {
-                        schedule = defer_flush(&conn);
-                    } else {
-                        conn.wake_writer.notify_one();
-                    }
                 }
-                if defer && !st.writing {
-                    st.batched += 1;
-                    if st.batched >= EARLY_FLUSH {
-                        // The loop's flush finds what is left, if anything.
+                st.outbuf.extend_from_slice(packed);
+                if !st.writing {
+                    if let Some(queue) = flusher {
+                        // Batch with whatever else this loop sends this iteration.
+                        schedule = defer_flush(&conn, queue);
+                        st.batched += 1;
+                        if st.batched >= EARLY_FLUSH {
+                            // The loop's flush finds what is left, if anything.
+                            conn.send_buffered(&mut st, fd);
+                        }
+                    } else {
                         conn.send_buffered(&mut st, fd);
                     }
                 }
@@ -318,25 +321,33 @@ impl Mux {
     }
 }
 
+/// A connection with bytes a loop's flush will write: the fork generation it belongs to (a
+/// forked child must never write a parent's socket), and the loop whose flush was counted on.
+type Deferred = (u64, Arc<Conn>, Arc<LoopQueue>);
+
 thread_local! {
-    /// Connections with bytes this thread's event loop will write at its next flush, with the
-    /// fork generation they belong to (a forked child must never write a parent's socket).
-    static DEFERRED: std::cell::RefCell<Vec<(u64, Arc<Conn>)>> =
+    /// Connections with bytes this thread's event loops will write at their next flush.
+    static DEFERRED: std::cell::RefCell<Vec<Deferred>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Leave a connection's buffered bytes to this thread's next `flush_deferred`; true if that
-/// flush is not scheduled yet.
-fn defer_flush(conn: &Arc<Conn>) -> bool {
+/// Leave a connection's buffered bytes (its own and any others waiting) to the next
+/// `flush_deferred` of this thread; true if `queue`'s loop must schedule one. A loop that
+/// stopped before its flush ran leaves its entries here: the next flush of any loop of this
+/// thread writes them.
+fn defer_flush(conn: &Arc<Conn>, queue: Arc<LoopQueue>) -> bool {
     DEFERRED
         .try_with(|deferred| {
             let mut deferred = deferred.borrow_mut();
-            let first = deferred.is_empty();
             // (Already there if an early flush emptied the buffer since.)
-            if !deferred.last().is_some_and(|(_, last)| Arc::ptr_eq(last, conn)) {
-                deferred.push((runtime::generation(), Arc::clone(conn)));
+            let known = deferred
+                .last()
+                .is_some_and(|(_, c, q)| Arc::ptr_eq(c, conn) && Arc::ptr_eq(q, &queue));
+            let schedule = queue.claim_flush();
+            if !known {
+                deferred.push((runtime::generation(), Arc::clone(conn), queue));
             }
-            first
+            schedule
         })
         .unwrap_or_else(|_| {
             conn.wake_writer.notify_one(); // thread shutting down: the writer takes them
@@ -344,12 +355,13 @@ fn defer_flush(conn: &Arc<Conn>) -> bool {
         })
 }
 
-/// Write what this thread's event loop deferred: one write per connection for everything
-/// its tasks sent since the last flush. What the socket does not take goes to the writer.
+/// Write what this thread's event loops deferred: one write per connection for everything
+/// their tasks sent since the last flush. What the socket does not take goes to the writer.
 pub fn flush_deferred() {
     let conns = DEFERRED.try_with(|d| std::mem::take(&mut *d.borrow_mut())).unwrap_or_default();
     let generation = runtime::generation();
-    for (born, conn) in conns {
+    for (born, conn, queue) in conns {
+        queue.flushed();
         if born == generation {
             conn.flush_now();
         }
