@@ -169,13 +169,14 @@ impl LoopQueue {
 
     /// Claim this loop's flush of deferred writes: true if the caller must schedule it (none
     /// is pending). Per loop, so a loop that stopped before its flush ran blocks no other.
+    /// (Only the loop's own thread claims and flushes: no ordering with other memory needed.)
     pub fn claim_flush(&self) -> bool {
-        !self.flush_scheduled.swap(true, Ordering::AcqRel)
+        !self.flush_scheduled.swap(true, Ordering::Relaxed)
     }
 
     /// This loop's scheduled flush has run.
     pub fn flushed(&self) {
-        self.flush_scheduled.store(false, Ordering::Release);
+        self.flush_scheduled.store(false, Ordering::Relaxed);
     }
 
     /// A queue for `event_loop` (a weak reference to it, for the threadsafe signal) that
