@@ -562,7 +562,12 @@ def redraw(path: str) -> int:
     fields: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()
     }
-    run = Run(Config(**fields), notes=data["notes"], proxy_rtt_ms=data["ping_rtt_ms"])
+    run = Run(
+        Config(**fields),
+        cells=data.get("rounds", {}),
+        notes=data["notes"],
+        proxy_rtt_ms=data["ping_rtt_ms"],
+    )
     med = data["medians"]
     for figures in med.values():
         # Runs saved before the column existed: the sum of the medians stands in.

@@ -76,11 +76,30 @@ def ratios(med: dict[str, dict[str, float]], run: Run) -> dict[str, dict[str, fl
                 ref = med.get(Run.key(condition, server, view, REFERENCE))
                 if view == "base" or ours is None or ref is None:
                     continue
-                out[f"{condition}|{server}|{view}"] = {
+                figures = {
                     m: ours[m] / ref[m]
                     for m in RATIO_FIGURES
                     if m in ours and m in ref and ref[m] > 0
                 }
+                # The spread of the req/s ratio over rounds (rounds are interleaved, so round
+                # i of each backend ran in the same minutes), and the ceiling: the no-cache
+                # view's req/s over the reference's, the ratio a backend that cost nothing
+                # would reach.
+                per_round = [
+                    a["rps"] / b["rps"]
+                    for a, b in zip(
+                        run.cells.get(Run.key(condition, server, view, "redoxide"), []),
+                        run.cells.get(Run.key(condition, server, view, REFERENCE), []),
+                        strict=False,
+                    )
+                    if b.get("rps")
+                ]
+                if per_round:
+                    figures["rps_low"], figures["rps_high"] = min(per_round), max(per_round)
+                base = med.get(Run.key(condition, server, "base", BASELINE_NAME))
+                if base is not None and ref.get("rps"):
+                    figures["ceiling"] = base["rps"] / ref["rps"]
+                out[f"{condition}|{server}|{view}"] = figures
     return out
 
 
@@ -148,11 +167,22 @@ def report(
             for view in config.views:
                 figures = rat.get(f"{condition}|{server}|{view}")
                 if figures:
-                    rows.append([server, view, *(fmt(figures.get(m), 2) for m in RATIO_FIGURES)])
+                    spread = "-"
+                    if "rps_low" in figures:
+                        spread = f"{figures['rps_low']:.2f}-{figures['rps_high']:.2f}"
+                    cols = [fmt(figures.get(m), 2) for m in RATIO_FIGURES]
+                    rows.append([server, view, cols[0], spread, fmt(figures.get("ceiling"), 2)])
+                    rows[-1] += cols[1:]
         if rows:
             lines += ["", f"### redoxide / {REFERENCE}", ""]
-            header = ["server", "view", "req/s", "app CPU", "cache CPU", "redis CPU"]
-            header += ["app + redis CPU", "p99"]
+            lines += [
+                "req/s by round: the lowest and highest of the per-round ratios. Ceiling: the "
+                "no-cache view's req/s over the reference's (what a cache costing nothing "
+                "would reach).",
+                "",
+            ]
+            header = ["server", "view", "req/s", "req/s by round", "ceiling", "app CPU"]
+            header += ["cache CPU", "redis CPU", "app + redis CPU", "p99"]
             lines += table(header, rows)
     if run.notes:
         lines += ["", "Notes:"] + [f"- {tag}: {note}" for tag, note in run.notes.items()]
