@@ -145,14 +145,6 @@ pub fn on_fork_in_child(child: extern "C" fn()) {
     }
 }
 
-/// The host's online cores (`sysconf(_SC_NPROCESSORS_ONLN)`), if the system says: all of
-/// them, whatever this process' affinity or cgroup quota allows it.
-pub fn online_cpus() -> Option<usize> {
-    // SAFETY: sysconf only reads a system setting.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).ok().filter(|&n| n > 0)
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;

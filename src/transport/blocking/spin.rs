@@ -39,7 +39,7 @@ impl Default for Spin {
 impl Spin {
     /// How long to poll for this call's reply (zero: block at once).
     pub fn window(&mut self) -> Duration {
-        self.window_with(crate::idle::core_free_for_sync)
+        self.window_with(|| crate::idle::core_free(0))
     }
 
     /// `window`, given whether the host has a core to spare.
