@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fullstack_project import write_project
+from fullstack_project import PACKAGE, write_project
 from fullstack_proxy import DelayProxy, ping_rtt_ms
 from fullstack_report import BASELINE_NAME, REFERENCE, Config, Run, chart, medians, ratios, report
 from fullstack_tools import (
@@ -176,6 +176,8 @@ BACKENDS = {
             "redoxide.RedisCache",
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SYNC_CONNECTIONS": "shared"}',
         ),
+        # django-vcache's incr (a bare INCRBY, no missing-key check): Redis' work like for like.
+        _same("redoxide-incrby", "benchsite.backends.IncrByCache"),
         # The busy-host behaviour everywhere: never poll for replies, every command that
         # finds others in flight waits for the loop's flush (REDOXIDE_POLL=never).
         Backend(
@@ -224,6 +226,7 @@ OPT_IN = (
     "redoxide-near-shared",
     "redoxide-msgpack",
     "redoxide-nopoll",
+    "redoxide-incrby",
     "redoxide-alt",
     "django-vcache-csc",
 )
@@ -452,6 +455,8 @@ def importable(backend: Backend) -> str | None:
     """Return why backend cannot be imported by the app servers, or None."""
     for path in {backend.async_class, backend.sync_class}:
         module = path.rsplit(".", 1)[0]
+        if module.startswith(f"{PACKAGE}."):
+            module = "redoxide"  # written with the project; its variants build on redoxide
         try:
             if importlib.util.find_spec(module) is None:
                 return f"module {module} not found"
