@@ -143,6 +143,9 @@ class Backend:
     sync_class: str  # BACKEND under WSGI
     options: str = ""  # OPTIONS, as JSON
     env: tuple[tuple[str, str], ...] = ()  # environment of the app server
+    # What the app servers must import, where the class's module is not enough to check (a
+    # class of the generated project, which does not exist before the run).
+    requires: str = ""
 
     def backend(self, kind: str) -> str:
         return self.async_class if kind == "async" else self.sync_class
@@ -177,7 +180,12 @@ BACKENDS = {
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SYNC_CONNECTIONS": "shared"}',
         ),
         # django-vcache's incr (a bare INCRBY, no missing-key check): Redis' work like for like.
-        _same("redoxide-incrby", "benchsite.backends.IncrByCache"),
+        Backend(
+            "redoxide-incrby",
+            f"{PACKAGE}.backends.IncrByCache",
+            f"{PACKAGE}.backends.IncrByCache",
+            requires="redoxide",
+        ),
         # The busy-host behaviour everywhere: never poll for replies, every command that
         # finds others in flight waits for the loop's flush (REDOXIDE_POLL=never).
         Backend(
@@ -453,10 +461,8 @@ def check_tools() -> list[str]:
 
 def importable(backend: Backend) -> str | None:
     """Return why backend cannot be imported by the app servers, or None."""
-    for path in {backend.async_class, backend.sync_class}:
-        module = path.rsplit(".", 1)[0]
-        if module.startswith(f"{PACKAGE}."):
-            module = "redoxide"  # written with the project; its variants build on redoxide
+    modules = {path.rsplit(".", 1)[0] for path in (backend.async_class, backend.sync_class)}
+    for module in {backend.requires} if backend.requires else modules:
         try:
             if importlib.util.find_spec(module) is None:
                 return f"module {module} not found"

@@ -170,9 +170,8 @@ def report(
                     spread = "-"
                     if "rps_low" in figures:
                         spread = f"{figures['rps_low']:.2f}-{figures['rps_high']:.2f}"
-                    cols = [fmt(figures.get(m), 2) for m in RATIO_FIGURES]
-                    rows.append([server, view, cols[0], spread, fmt(figures.get("ceiling"), 2)])
-                    rows[-1] += cols[1:]
+                    rps, *rest = (fmt(figures.get(m), 2) for m in RATIO_FIGURES)
+                    rows.append([server, view, rps, spread, fmt(figures.get("ceiling"), 2), *rest])
         if rows:
             lines += ["", f"### redoxide / {REFERENCE}", ""]
             lines += [
