@@ -36,12 +36,47 @@ impl Socket {
         }
     }
 
-    /// Write all of `buf` (blocking, within the write timeout). Through a shared reference:
-    /// the threads of a shared connection write while its leader reads.
-    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+    // Writes go through a shared reference: the threads of a shared connection write while
+    // its leader reads.
+
+    /// `write_all`, but within one deadline for the whole buffer: the socket's write timeout
+    /// bounds each write() call, so a server that reads a byte now and then would otherwise
+    /// keep a large send going for ever. Only a write cut short pays for re-arming the timeout;
+    /// `timeout` (the usual bound) is put back after that.
+    fn write_all_by(&self, buf: &[u8], timeout: Duration) -> std::io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut rest = buf;
+        let mut shortened = false;
+        while !rest.is_empty() {
+            let written = match self {
+                Socket::Tcp(s) => (&*s).write(rest),
+                Socket::Unix(s) => (&*s).write(rest),
+            };
+            match written {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if !rest.is_empty() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(std::io::ErrorKind::TimedOut.into());
+                }
+                self.set_write_timeout(left)?;
+                shortened = true;
+            }
+        }
+        if shortened {
+            self.set_write_timeout(timeout)?;
+        }
+        Ok(())
+    }
+
+    fn set_write_timeout(&self, timeout: Duration) -> std::io::Result<()> {
         match self {
-            Socket::Tcp(s) => (&*s).write_all(buf),
-            Socket::Unix(s) => (&*s).write_all(buf),
+            Socket::Tcp(s) => s.set_write_timeout(Some(timeout)),
+            Socket::Unix(s) => s.set_write_timeout(Some(timeout)),
         }
     }
 
@@ -190,7 +225,10 @@ impl Blocking {
 
     /// Send packed commands (their replies are read by `receive`).
     pub fn send(&mut self, packed: &[u8]) -> Result<()> {
-        self.socket.write_all(packed).map_err(|e| io_error(&e, &self.config, "sending"))?;
+        let timeout = self.config.response_timeout;
+        self.socket
+            .write_all_by(packed, timeout)
+            .map_err(|e| io_error(&e, &self.config, "sending"))?;
         self.config.stats.sent(packed.len());
         Ok(())
     }
@@ -205,26 +243,40 @@ impl Blocking {
         }
         let shortened = !left.is_zero() && self.socket.set_read_timeout(left).is_ok();
         if !shortened {
-            return Err(Error::Timeout(format!(
-                "Redis at {} did not answer within {timeout:?}",
-                self.config.addr
-            )));
+            return Err(self.timed_out());
         }
-        let result = self.receive(shape, wait);
-        if result.is_ok() {
-            // Back to the usual bound (a failed connection is closed anyway).
-            if let Err(e) = self.socket.set_read_timeout(timeout) {
-                return Err(io_error(&e, &self.config, "resetting the timeout"));
-            }
-        }
-        result
+        self.receive_within(shape, wait, deadline, true)
     }
 
     /// Read the replies of what `send` sent (one value, or a list of them), polling for them
-    /// briefly before blocking (see `Spin` and `Wait`).
+    /// briefly before blocking (see `Spin` and `Wait`), all within the response timeout.
     pub fn receive(&mut self, shape: Replies, wait: Wait) -> Result<Value> {
+        let deadline = Instant::now() + self.config.response_timeout;
+        self.receive_within(shape, wait, deadline, false)
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Timeout(format!(
+            "Redis at {} did not answer within {:?}",
+            self.config.addr, self.config.response_timeout
+        ))
+    }
+
+    /// `receive` by `deadline`. The socket's read timeout bounds one read() call, so a reply
+    /// that keeps trickling in would never let it fire: each blocking read after the first is
+    /// bounded by what is left until the deadline (re-arming the timeout costs a syscall only
+    /// for replies that take several reads). `shortened`: the read timeout is below the
+    /// usual already; it is put back once the replies are in.
+    fn receive_within(
+        &mut self,
+        shape: Replies,
+        wait: Wait,
+        deadline: Instant,
+        mut shortened: bool,
+    ) -> Result<Value> {
         let expected = shape.count() + self.discard;
         let started = Instant::now();
+        let mut blocked = false;
         let window = self.spin.window();
         let mut caught = window.is_zero();
         let mut missed = false;
@@ -270,6 +322,17 @@ impl Blocking {
                 }
                 missed = true;
             }
+            if blocked {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(self.timed_out());
+                }
+                if let Err(e) = self.socket.set_read_timeout(left) {
+                    return Err(io_error(&e, &self.config, "arming the timeout"));
+                }
+                shortened = true;
+            }
+            blocked = true;
             match self.socket.read(self.buf.room()) {
                 Ok(0) => {
                     return Err(Error::Connection(format!(
@@ -285,6 +348,12 @@ impl Blocking {
             }
         }
         self.buf.compact();
+        if shortened {
+            // Back to the usual bound (a failed connection is closed anyway).
+            if let Err(e) = self.socket.set_read_timeout(self.config.response_timeout) {
+                return Err(io_error(&e, &self.config, "resetting the timeout"));
+            }
+        }
         if !window.is_zero() {
             self.spin.record(started.elapsed(), !missed);
         }
@@ -382,6 +451,44 @@ mod tests {
         assert!(matches!(&err, Error::Connection(m) if m.contains("unreadable")), "{err:?}");
         server.join().unwrap();
         let _ = (std::fs::remove_file(path), std::fs::remove_file(path2));
+    }
+
+    #[test]
+    fn a_reply_that_trickles_in_times_out_within_the_response_timeout() {
+        let path =
+            std::env::temp_dir().join(format!("redoxide-{}-trickle.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            let mut got = [0u8; 64];
+            let _ = sock.read(&mut got);
+            let _ = sock.write_all(b"$1000\r\n");
+            // One byte every 10 ms for up to 5 s; stops once the client hangs up.
+            for _ in 0..500 {
+                std::thread::sleep(Duration::from_millis(10));
+                if sock.write_all(b"x").is_err() {
+                    break;
+                }
+            }
+        });
+        let cfg = Arc::new(PlainConfig {
+            target: Target::Unix(path.clone()),
+            handshake: Handshake::new(None, None, 0, false),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_millis(200),
+            addr: "test".into(),
+            stats: Arc::default(),
+        });
+        let mut conn = Blocking::connect(&cfg).unwrap();
+        let started = Instant::now();
+        let err = conn.request(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", Replies::One).unwrap_err();
+        // Without one deadline for the reply, this read would last the whole 5 s trickle.
+        assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        drop(conn);
+        server.join().unwrap();
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -308,7 +308,7 @@ impl Line {
             }
             !std::mem::replace(&mut st.leader, true)
         };
-        if let Err(e) = self.socket.write_all(packed) {
+        if let Err(e) = self.socket.write_all_by(packed, self.config.response_timeout) {
             // (If the line broke meanwhile, that is the cause: a send cut short by it.)
             let (failed, err) = self.break_line(&io_error(&e, &self.config, "sending"));
             drop(writing);
