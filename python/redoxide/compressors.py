@@ -11,12 +11,14 @@ from __future__ import annotations
 import gzip
 import lzma
 import zlib
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from redoxide._redoxide import lz4_compress, lz4_decompress, zstd_compress, zstd_decompress
 from redoxide.exceptions import SerializationError
 
 __all__ = [
+    "BUILTIN_COMPRESSORS",
     "MAX_DECOMPRESSED_SIZE",
     "MAX_VALUE_SIZE",
     "BaseCompressor",
@@ -28,6 +30,7 @@ __all__ = [
     "ZlibCompressor",
     "ZstdCompressor",
     "decompress_any",
+    "looks_compressed",
 ]
 
 #: The largest value Redis takes (proto-max-bulk-len, 512 MiB by default). A larger one is
@@ -54,48 +57,88 @@ def _too_large(fmt: str, max_size: int) -> SerializationError:
     return SerializationError(f"{fmt} data expands beyond the {max_size}-byte limit")
 
 
-def _inflate(data: bytes, wbits: int, fmt: str, max_size: int) -> bytes:
-    """Decompress zlib (wbits 15) or gzip (wbits 31, every member) into at most max_size bytes."""
-    out = []
+# Decompression hands out at most this much at a time, so no step allocates more.
+_STEP = 4 * 1024 * 1024
+# Output kept on a first pass. Past this, the data is first inflated without keeping anything,
+# to learn its size, and only then for real: a planted bomb never costs more memory than this
+# (a legitimate value this large is decompressed twice).
+_KEEP_FIRST = 64 * 1024 * 1024
+
+
+class _Overflow(Exception):
+    """The output passed the bound of the current pass."""
+
+
+def _stream(
+    make: Callable[[], Any], data: bytes, fmt: str, bound: int, keep: list[bytes] | None
+) -> int:
+    """Decompress every stream in data (a gzip or xz file may hold several), in steps of at
+    most _STEP bytes of output; keep the output in `keep` (None: count it only). Return the
+    size; raise _Overflow past `bound`, SerializationError if the data is corrupt or cut."""
     total = 0
     while True:
-        d = zlib.decompressobj(wbits)
-        try:
-            chunk = d.decompress(data, max_size - total + 1)
-        except zlib.error as exc:
-            raise SerializationError(f"invalid {fmt} data: {exc}") from exc
-        total += len(chunk)
-        if total > max_size:
-            raise _too_large(fmt, max_size)
-        out.append(chunk)
-        if not d.eof:
-            raise SerializationError(f"invalid {fmt} data: truncated stream")
+        d = make()
+        zlib_like = hasattr(d, "unconsumed_tail")
+        pending = data
+        while True:
+            try:
+                chunk = d.decompress(pending, _STEP)
+            except (zlib.error, lzma.LZMAError) as exc:
+                raise SerializationError(f"invalid {fmt} data: {exc}") from exc
+            total += len(chunk)
+            if total > bound:
+                raise _Overflow
+            if keep is not None and chunk:
+                keep.append(chunk)
+            if d.eof:
+                break
+            pending = d.unconsumed_tail if zlib_like else b""
+            stalled = not pending if zlib_like else d.needs_input
+            if not chunk and stalled:
+                raise SerializationError(f"invalid {fmt} data: truncated stream")
         # Like gzip.decompress: further members may follow, then zero padding. Like
         # zlib.decompress: bytes after a zlib stream are ignored.
-        data = d.unused_data.lstrip(b"\x00") if wbits == 31 else b""
+        data = d.unused_data
+        if fmt == "gzip":
+            data = data.lstrip(b"\x00")
+        elif fmt == "zlib":
+            data = b""
         if not data:
-            return b"".join(out)
+            return total
+
+
+def _expand(make: Callable[[], Any], data: bytes, fmt: str, max_size: int) -> bytes:
+    """Decompress data into at most max_size bytes, never holding more than _KEEP_FIRST bytes
+    of output for data that turns out to expand beyond max_size."""
+    kept: list[bytes] = []
+    try:
+        _stream(make, data, fmt, min(max_size, _KEEP_FIRST), kept)
+        return b"".join(kept)
+    except _Overflow:
+        if max_size <= _KEEP_FIRST:
+            raise _too_large(fmt, max_size) from None
+    kept.clear()
+    try:
+        _stream(make, data, fmt, max_size, None)  # the size, keeping nothing
+        _stream(make, data, fmt, max_size, kept)
+    except _Overflow:
+        raise _too_large(fmt, max_size) from None
+    return b"".join(kept)
+
+
+def _inflate(data: bytes, wbits: int, fmt: str, max_size: int) -> bytes:
+    """Decompress zlib (wbits 15) or gzip (wbits 31, every member) into at most max_size bytes."""
+    return _expand(lambda: zlib.decompressobj(wbits), data, fmt, max_size)
 
 
 def _unxz(data: bytes, max_size: int) -> bytes:
     """Decompress xz data (every stream), at most max_size bytes."""
-    out = []
-    total = 0
-    while True:
-        d = lzma.LZMADecompressor(lzma.FORMAT_AUTO, memlimit=_LZMA_MEMLIMIT)
-        try:
-            chunk = d.decompress(data, max_size - total + 1)
-        except lzma.LZMAError as exc:
-            raise SerializationError(f"invalid xz data: {exc}") from exc
-        total += len(chunk)
-        if total > max_size:
-            raise _too_large("xz", max_size)
-        out.append(chunk)
-        if not d.eof:
-            raise SerializationError("invalid xz data: truncated stream")
-        data = d.unused_data
-        if not data:
-            return b"".join(out)
+    return _expand(
+        lambda: lzma.LZMADecompressor(lzma.FORMAT_AUTO, memlimit=_LZMA_MEMLIMIT),
+        data,
+        "xz",
+        max_size,
+    )
 
 
 def decompress_any(data: bytes, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
@@ -117,6 +160,17 @@ def decompress_any(data: bytes, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     if _is_zlib(data):
         return _inflate(data, 15, "zlib", max_size)
     return data
+
+
+def looks_compressed(data: bytes) -> bool:
+    """Whether data starts like one of the formats decompress_any reads."""
+    head = data[:4]
+    return (
+        head in (_LZ4_MAGIC, _ZSTD_MAGIC)
+        or head[:2] == _GZIP_MAGIC
+        or data[:6] == _XZ_MAGIC
+        or _is_zlib(data)
+    )
 
 
 class BaseCompressor:
@@ -264,3 +318,16 @@ class ZstdCompressor(BaseCompressor):
 
 #: django-redis' spelling.
 ZStdCompressor = ZstdCompressor
+
+#: The compressors whose formats decompress_any recognises (exact classes: a subclass may write
+#: its own format).
+BUILTIN_COMPRESSORS = frozenset(
+    {
+        IdentityCompressor,
+        ZlibCompressor,
+        GzipCompressor,
+        LzmaCompressor,
+        Lz4Compressor,
+        ZstdCompressor,
+    }
+)
