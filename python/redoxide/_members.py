@@ -54,6 +54,7 @@ class StructuresBase:
         _fast_pickle: bool
         _protocol: int
         _compress: bool
+        _compress_min: int
 
         def _key(self, key: Any, version: int | None) -> str: ...
         def _keys(self, keys: Iterable[Any], version: int | None) -> list[str]: ...
@@ -75,7 +76,7 @@ class StructuresBase:
         else:
             dumped = self._serializer.dumps(value)
             data = dumped.encode() if isinstance(dumped, str) else dumped
-        if self._compress and len(data) >= self._compressor.min_length:
+        if self._compress and len(data) >= self._compress_min:
             data = self._compressor.compress(data)
         return data
 

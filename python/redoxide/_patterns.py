@@ -1,8 +1,12 @@
 """keys, iter_keys and delete_pattern: glob patterns scoped to KEY_PREFIX and VERSION.
 
-The server is walked with SCAN (never KEYS, which blocks it for the whole keyspace). The user's
-pattern goes through the key function like a key, with glob characters in the prefix escaped,
-as django-redis does; keys come back as the user wrote them (prefix and version stripped).
+The server is walked with SCAN (never KEYS, which blocks it for the whole keyspace). The key
+function is asked what it puts around a key (for Django's default, ``PREFIX:VERSION:``); the
+user's pattern goes between those parts, escaped to match literally, and keys come back as the
+user wrote them. A KEY_FUNCTION that does not keep the key as it is (one that hashes it, say)
+cannot be searched by pattern: those calls raise ConfigurationError instead of matching
+nothing. clear() under CLEAR_PREFIX_ONLY needs only what every name of the cache shares (every
+key, every version), so a key function that hashes the key but keeps a KEY_PREFIX part works.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.cache.backends.base import default_key_func
 
+from redoxide.exceptions import ConfigurationError
+
 if TYPE_CHECKING:
     from redoxide.plans import Plan
 
-__all__ = ["DEFAULT_ITERSIZE", "PatternsMixin"]
+__all__ = ["DEFAULT_ITERSIZE", "PatternsMixin", "cache_glob", "glob_escape", "key_layout"]
 
 T = TypeVar("T")
 
@@ -38,6 +44,84 @@ def glob_escape(text: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
+# Keys the key function is probed with: distinct, of different lengths, plain characters.
+_PROBES = ("redoxide-probe-a", "redoxide-probe-bb", "x")
+# Versions the whole-cache glob is probed with, beside the cache's own.
+_PROBE_VERSIONS = (1, 2, 10, 987654321)
+# Stands for "any version" where the key function takes it as text.
+_VERSION_MARK = "redoxideversionmark"
+
+
+def key_layout(key_func: Callable[..., str], prefix: str, version: Any) -> tuple[str, str] | None:
+    """What the key function puts before and after a key, for this prefix and version; None if
+    its names do not keep the key as it is (a hash of it, a transformed key) or it fails."""
+    if key_func is default_key_func:
+        return f"{prefix}:{version}:", ""
+    try:
+        made = [key_func(k, prefix, version) for k in _PROBES]
+    except Exception:
+        return None
+    if not all(isinstance(m, str) for m in made):
+        return None
+    first = made[0]
+    start = first.find(_PROBES[0])
+    while start >= 0:
+        before, after = first[:start], first[start + len(_PROBES[0]) :]
+        if all(m == before + k + after for m, k in zip(made, _PROBES, strict=True)):
+            return before, after
+        start = first.find(_PROBES[0], start + 1)
+    return None
+
+
+def cache_glob(key_func: Callable[..., str], prefix: str, version: int) -> str | None:
+    """A server-side glob matching every name this cache makes, under every version and no
+    other cache's (CLEAR_PREFIX_ONLY's clear()); None when the key function's names share no
+    literal part that holds KEY_PREFIX (a key function that hashes everything, say)."""
+    if key_func is default_key_func:
+        return f"{glob_escape(prefix)}:*"
+    try:
+        made = [
+            key_func(k, prefix, v)
+            for v in (version, *_PROBE_VERSIONS)
+            for k in (*_PROBES, "redoxide-probe-" + "z" * 200)
+        ]
+    except Exception:
+        return None
+    if not all(isinstance(m, str) for m in made):
+        return None
+    head = _common_prefix(made)
+    tail = _common_prefix([m[len(head) :][::-1] for m in made])[::-1]
+    if prefix and prefix in head + tail:
+        return f"{glob_escape(head)}*{glob_escape(tail)}"
+    # The version may sit between fixed parts (``{key}|{prefix}|{version}``): find it with a
+    # marker in its place, where the key function formats the version as text.
+    layout = key_layout(key_func, prefix, _VERSION_MARK)
+    if prefix and layout is not None:
+        glob = "*".join(glob_escape(part).replace(_VERSION_MARK, "*") for part in layout)
+        if prefix in layout[0] + layout[1] and _VERSION_MARK in layout[0] + layout[1]:
+            return glob
+    # Nothing literal says a name is this cache's: a glob would match others' keys too, or (a
+    # hash) nothing at all.
+    return None
+
+
+def _common_prefix(texts: list[str]) -> str:
+    low, high = min(texts), max(texts)
+    n = 0
+    while n < len(low) and low[n] == high[n]:
+        n += 1
+    return low[:n]
+
+
+def _opaque(call: str, key_func: Callable[..., str]) -> ConfigurationError:
+    name = getattr(key_func, "__qualname__", None) or repr(key_func)
+    return ConfigurationError(
+        f"redoxide: {call} needs the key in the names KEY_FUNCTION makes, and {name} does not "
+        "keep it as it is (it hashes or changes it), so no pattern can match them; nothing "
+        "was read or deleted"
+    )
+
+
 class PatternsMixin:
     """keys / iter_keys / delete_pattern and their async twins, for RedisCache."""
 
@@ -52,26 +136,32 @@ class PatternsMixin:
 
     # -- shared logic ---------------------------------------------------------------------
 
-    def _pattern(self, pattern: str, version: int | None, prefix: str | None = None) -> str:
-        """Return the server-side glob for a user's pattern (prefix and version escaped)."""
-        if prefix is None:
-            prefix = self.key_prefix
-        if version is None:
-            version = self.version
-        return self.key_func(pattern, glob_escape(prefix), glob_escape(str(version)))
+    def _layout(self, call: str, version: int | None, prefix: str | None = None) -> tuple[str, str]:
+        """What this cache's names put around a key (see key_layout), or ConfigurationError."""
+        layout = key_layout(
+            self.key_func,
+            self.key_prefix if prefix is None else prefix,
+            self.version if version is None else version,
+        )
+        if layout is None:
+            raise _opaque(call, self.key_func)
+        return layout
+
+    def _pattern(
+        self, pattern: str, version: int | None, prefix: str | None = None, call: str = "keys()"
+    ) -> str:
+        """Return the server-side glob for a user's pattern (everything around it escaped)."""
+        before, after = self._layout(call, version, prefix)
+        return f"{glob_escape(before)}{pattern}{glob_escape(after)}"
 
     def _unmaker(self, version: int | None) -> Callable[[bytes], str]:
         """Return a function turning a server key back into the user's key."""
-        if self.key_func is default_key_func:
-            # Strip exactly what _key() added, so a prefix with ':' in it is handled too.
-            start = len(f"{self.key_prefix}:{self.version if version is None else version}:")
-            return lambda raw: raw.decode(errors="surrogateescape")[start:]
+        before, after = self._layout("keys()", version)
+        start, end = len(before), len(after)
 
         def unmake(raw: bytes) -> str:
-            # A custom KEY_FUNCTION has no inverse; do what django-redis' default does.
             key = raw.decode(errors="surrogateescape")
-            parts = key.split(":", 2)
-            return parts[2] if len(parts) == 3 else key
+            return key[start : len(key) - end]
 
         return unmake
 
@@ -113,7 +203,7 @@ class PatternsMixin:
     def _delete_pattern(
         self, pattern: str, version: int | None, prefix: str | None, itersize: int | None
     ) -> Plan[int]:
-        match = self._pattern(pattern, version, prefix)
+        match = self._pattern(pattern, version, prefix, "delete_pattern()")
         return (yield from self._delete_matching(match, itersize))
 
     def _delete_matching(self, match: str, itersize: int | None = None) -> Plan[int]:

@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["ACQUIRE", "EXTEND", "INCR", "INCR_SHA", "NOT_AN_INTEGER", "RELEASE", "RENAME"]
+__all__ = [
+    "ACQUIRE",
+    "COMPARE_AND_SET",
+    "COMPARE_AND_SET_SHA",
+    "EXTEND",
+    "INCR",
+    "INCR_SHA",
+    "NOT_AN_INTEGER",
+    "RELEASE",
+    "RENAME",
+]
 
 #: The error code INCR answers with when the stored value is not a 64-bit integer.
 NOT_AN_INTEGER = "NOTINT"
 
 #: INCRBY only an existing key, so incr() of a missing key is an error, not 1. A value that is
-#: not a 64-bit integer answers with the NOTINT code, for the caller's read-add-write fallback.
+#: not a 64-bit integer (or a sum past one) answers with the NOTINT code: the caller then adds in
+#: Python and writes back with COMPARE_AND_SET, which stays atomic.
 INCR = (
     "if redis.call('EXISTS', KEYS[1]) == 0 then return false end "
     "local n = redis.pcall('INCRBY', KEYS[1], ARGV[1]) "
@@ -22,6 +33,18 @@ INCR = (
 )
 #: INCR by its SHA1 (EVALSHA): the server neither receives nor hashes the body on every call.
 INCR_SHA = hashlib.sha1(INCR.encode()).hexdigest()
+#: Write ARGV[2] (keeping the TTL) only if the key still holds ARGV[1], or, with ARGV[3] == '1',
+#: only if it is still missing (then with no expiry, as INCRBY creates a key). 1: written;
+#: 0: changed meanwhile (read again and retry); -1: deleted meanwhile.
+COMPARE_AND_SET = (
+    "local now = redis.call('GET', KEYS[1]) "
+    "if ARGV[3] == '1' then if now then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[2]) return 1 end "
+    "if not now then return -1 end "
+    "if now ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL') return 1"
+)
+COMPARE_AND_SET_SHA = hashlib.sha1(COMPARE_AND_SET.encode()).hexdigest()
 #: Take a recompute lock only while the value is missing (-2) or has less than ARGV[3] ms left.
 ACQUIRE = (
     "local left = redis.call('PTTL', KEYS[1]) "

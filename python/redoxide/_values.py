@@ -2,8 +2,9 @@
 
 Keys are ``KEY_PREFIX:VERSION:key`` (or the user's KEY_FUNCTION); timeouts follow Django's
 rules, kept to the millisecond; ints (not bools) are stored as raw digits, everything else
-serialized, then compressed above a threshold. A read recognises compressed data by its magic
-bytes, whatever COMPRESSOR is now.
+serialized, then compressed above a threshold. With redoxide's own serializers and compressors a
+read recognises compressed data by its magic bytes, whatever COMPRESSOR is now; with a user's
+serializer or compressor it asks them first (see _decode_custom).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import itertools
 import math
 import pickle
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache.backends.base import (
@@ -21,7 +22,7 @@ from django.core.cache.backends.base import (
     default_key_func,
 )
 
-from redoxide.compressors import MAX_VALUE_SIZE, decompress_any
+from redoxide.compressors import MAX_VALUE_SIZE, decompress_any, looks_compressed
 from redoxide.exceptions import SerializationError
 
 if TYPE_CHECKING:
@@ -58,6 +59,10 @@ class ValuesMixin:
         _fast_heads: frozenset[bytes]
         _protocol: int
         _compress: bool
+        _compress_min: int
+        _known_codecs: bool
+        _compressor_claims: bool
+        _failed: Callable[[BaseException, Any], Any]
 
         def validate_key(self, key: str) -> None: ...
 
@@ -131,7 +136,7 @@ class ValuesMixin:
             data = self._serializer.dumps(value)
             if isinstance(data, str):
                 data = data.encode()
-        if self._compress and len(data) >= self._compressor.min_length:
+        if self._compress and len(data) >= self._compress_min:
             data = self._compressor.compress(data)
         if len(data) > MAX_VALUE_SIZE:
             raise _too_large(key, len(data))
@@ -146,16 +151,57 @@ class ValuesMixin:
             # (A failing int() is slow: it formats an error message from the data.)
             if data.isdigit() or (data[:1] == b"-" and data[1:].isdigit()):
                 return int(data)
-            # Compressed by any known compressor (recognised by its magic bytes), whatever
-            # COMPRESSOR is now: values written before a change, or by django-redis.
-            data = decompress_any(data)
-            if self._fast_pickle:
-                return pickle.loads(data)
-            return self._serializer.loads(data)
+            if self._known_codecs:
+                # Compressed by any known compressor (recognised by its magic bytes), whatever
+                # COMPRESSOR is now: values written before a change, or by django-redis. None
+                # of redoxide's serializers writes anything that starts like those.
+                data = decompress_any(data)
+                if self._fast_pickle:
+                    return pickle.loads(data)
+                return self._serializer.loads(data)
+            return self._decode_custom(data)
         except Exception as exc:
             raise SerializationError(
                 f"cannot decode the value stored for key {key!r}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _decode_custom(self, data: bytes) -> Any:
+        """Decode with a user's COMPRESSOR or SERIALIZER: ask them, never guess first. The
+        configured compressor decides whether it wrote the data (its is_compressed(), or, for a
+        django-redis style one without it, whether its decompress() accepts the data); what
+        it did not write goes to the serializer as it is (a serializer of the user's may well
+        write compressed bytes itself), and only if that fails is it read as compressed by a
+        built-in compressor (a value written before COMPRESSOR changed)."""
+        loads = self._serializer.loads
+        tried: list[bytes] = []
+        first: Exception | None = None
+        for candidate in self._readings(data):
+            if any(candidate is t for t in tried):
+                continue
+            tried.append(candidate)
+            try:
+                return loads(candidate)
+            except Exception as exc:
+                first = first or exc
+        assert first is not None
+        raise first
+
+    def _readings(self, data: bytes) -> Iterator[bytes]:
+        """The ways to read stored bytes, most likely first (see _decode_custom)."""
+        compressor = self._compressor
+        if self._compressor_claims:
+            if compressor.is_compressed(data):
+                yield compressor.decompress(data)  # corrupt: the error says so
+        elif self._compress:
+            try:
+                claimed = compressor.decompress(data)
+            except Exception:
+                claimed = None  # not the compressor's (django-redis' CompressorError)
+            if claimed is not None:
+                yield claimed
+        yield data
+        if looks_compressed(data):
+            yield decompress_any(data)
 
     def _encode_many(self, values: Iterable[Any], keys: Iterable[Any] = ()) -> list[bytes]:
         """Encode values; `keys`, in the same order, name a value that is too large."""
@@ -182,4 +228,14 @@ class ValuesMixin:
                 }
             except Exception:  # redone below, to name the key that failed
                 pass
-        return {k: self._decode(v, k) for k, v in zip(keys, values, strict=True) if v is not None}
+        found = {}
+        for k, v in zip(keys, values, strict=True):
+            if v is None:
+                continue
+            try:
+                found[k] = self._decode(v, k)
+            except SerializationError as exc:
+                # Under fail-open, an undecodable value is a miss for its key alone (counted
+                # and logged like any ignored error); otherwise it raises, naming the key.
+                self._failed(exc, None)
+        return found

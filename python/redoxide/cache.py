@@ -10,33 +10,49 @@ timeouts and values are _values.py's; where commands go is topology/'s.
 from __future__ import annotations
 
 import pickle
-import secrets
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from redoxide import _scripts, _stats, plans, tracing
+from redoxide import _stats, plans, tracing
 from redoxide._bridges import bridge as _bridge
+from redoxide._counters import CountersMixin
 from redoxide._expiry import ExpiryMixin
-from redoxide._patterns import PatternsMixin, glob_escape
+from redoxide._patterns import PatternsMixin, cache_glob
 from redoxide._protocols import ClientLike
+from redoxide._recompute import RecomputeMixin
 from redoxide._structures import StructuresMixin
+from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
-from redoxide.compressors import IdentityCompressor
-from redoxide.exceptions import CrossSlotError, NoScriptError, ResponseError
+from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
+from redoxide.exceptions import (
+    ConfigurationError,
+)
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config
 from redoxide.plans import Computed, FailOpen, Plan
-from redoxide.serializers import PickleSerializer, fast_decoding
+from redoxide.serializers import (
+    JSONSerializer,
+    MsgPackSerializer,
+    PickleSerializer,
+    fast_decoding,
+)
+from redoxide.signing import SignedSerializer
 from redoxide.topology import shared_client
-from redoxide.topology.commands import same_slot
 
 __all__ = ["RawClient", "RedisCache", "ValkeyCache"]
 
 T = TypeVar("T")
+
+#: redoxide's own serializers (exact classes): none writes bytes that start like compressed
+#: data, so a read may recognise compressed values by their magic bytes.
+_BUILTIN_SERIALIZERS = frozenset(
+    {PickleSerializer, JSONSerializer, MsgPackSerializer, SignedSerializer}
+)
 
 
 class RawClient:
@@ -95,7 +111,16 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
 setting_changed.connect(_settings_changed)
 
 
-class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockMixin, BaseCache):
+class RedisCache(
+    ValuesMixin,
+    CountersMixin,
+    RecomputeMixin,
+    ExpiryMixin,
+    PatternsMixin,
+    StructuresMixin,
+    LockMixin,
+    BaseCache,
+):
     """A Django cache backend for Redis and Valkey with a Rust core and native async."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
@@ -108,7 +133,15 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
             if self._config.tracing:
                 tracing.adopt(self)
             return
-        self._setup(server, params)
+        try:
+            self._setup(server, params)
+        except (ImproperlyConfigured, ImportError) as exc:
+            # Django's own cache checks build every cache in CACHES before redoxide's checks
+            # can report: a bad setting must not crash `manage.py check`. The cache is built
+            # unusable instead: its checks report the setting (E001-E005), and every call
+            # raises ConfigurationError naming it.
+            make_unusable(self, exc)
+            return
         if len(_states) >= _MAX_STATES:
             _states.clear()  # params that keep changing (tests): no unbounded growth
         _states[key] = (_snapshot(params), dict(self.__dict__))
@@ -134,6 +167,21 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         self._fast_loads, self._fast_heads = fast_decoding(self._serializer)
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
         self._compress = type(self._compressor) is not IdentityCompressor
+        # A django-redis style compressor may have no min_length: it decides in compress().
+        self._compress_min = getattr(self._compressor, "min_length", 0)
+        #: Every codec is redoxide's: reads may recognise compressed data by its magic bytes.
+        self._known_codecs = (
+            type(self._compressor) in BUILTIN_COMPRESSORS
+            and type(self._serializer) in _BUILTIN_SERIALIZERS
+        )
+        #: The compressor says which data it wrote (is_compressed); else its decompress() does.
+        self._compressor_claims = (
+            getattr(type(self._compressor), "is_compressed", BaseCompressor.is_compressed)
+            is not BaseCompressor.is_compressed
+        )
+        if type(self._compressor) not in BUILTIN_COMPRESSORS:
+            # Its output may start like the serializer's own: no read skips the compressor.
+            self._fast_heads = frozenset()
         fail_open = FailOpen(
             config.ignore_exceptions,
             config.ignore_exception_classes,
@@ -309,130 +357,18 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
         # django-redis returns DEL's count; Django ignores what delete_many returns.
         return int((yield self._client.execute, (("DEL", *made),)))
 
-    def _incr(self, key: Any, delta: int, version: int | None, create: bool = False) -> Plan[Any]:
-        made = self._key(key, version)
-        c = self._client
-        # ignore_key_check (create): plain INCRBY, which starts a missing key at 0 with no
-        # expiry, as django-redis does. It answers ERR (no code of its own) where the script
-        # answers NOTINT.
-        if create:
-            command: tuple[Any, ...] = ("INCRBY", made, delta)
-        else:
-            command = ("EVALSHA", _scripts.INCR_SHA, 1, made, delta)
-        try:
-            try:
-                value = yield c.execute, (command,)
-            except NoScriptError:
-                # The server has not seen the script yet (or flushed it): send it whole once.
-                value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
-        except ResponseError as exc:
-            if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
-                raise
-            # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta):
-            # read, add, and write back keeping the TTL, as django-redis does.
-            # Read from the primary (a router sends get() to replicas, which may lag).
-            data = yield c.execute, (("GET", made),)
-            if data is None and not create:
-                raise ValueError(f"Key '{key}' not found.") from None
-            value = (0 if data is None else self._decode(data, key)) + delta
-            yield c.execute, (("SET", made, self._encode(value), "KEEPTTL"),)
-            return value
-        if value is None:
-            raise ValueError(f"Key '{key}' not found.")
-        return value
-
-    def _incr_version(self, key: Any, delta: int, version: int | None) -> Plan[int]:
-        if version is None:
-            version = self.version
-        old, new = self._key(key, version), self._key(key, version + delta)
-        c = self._client
-        try:
-            moved = yield c.execute, (("EVAL", _scripts.RENAME, 2, old, new),)
-        except CrossSlotError:
-            # A cluster keeps the two versions in different slots (unless the key has a
-            # {hash tag}): copy and delete, keeping the TTL; not atomic, as on django-redis.
-            data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
-            moved = data is not None
-            if moved:
-                store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
-                yield c.pipeline, ((store, ("DEL", old)),)
-        if not moved:
-            raise ValueError(f"Key '{key}' not found.")
-        return version + delta
-
-    def _get_or_set(self, key: Any, default: Any, timeout: Any, version: int | None) -> Plan[Any]:
-        if self._config.stampede_protection:
-            return (yield from self._get_or_set_guarded(key, default, timeout, version))
-        made = self._key(key, version)
-        c = self._client
-        data = yield c.get, (made,)
-        if data is not None:
-            return self._decode(data, key)
-        if callable(default):
-            default = default()
-        encoded, ttl = self._encode(default, key), self._ttl_ms(timeout)
-        if ttl == 0:
-            return default  # expires at once: nothing to store
-        set_cmd: tuple[Any, ...] = ("SET", made, encoded, "NX")
-        if ttl is not None:
-            set_cmd += ("PX", ttl)
-        # Add and read back in one round trip: if another caller won the race, return theirs.
-        _, data = yield c.pipeline, ((set_cmd, ("GET", made)),)
-        return default if data is None else self._decode(data, key)
-
-    def _get_or_set_guarded(
-        self, key: Any, default: Any, timeout: Any, version: int | None
-    ) -> Plan[Any]:
-        """get_or_set with stampede protection (STAMPEDE_PROTECTION): while a value is in the
-        last STAMPEDE_WINDOW of its life, one caller (holding a short lock) recomputes it and the
-        others keep returning the current value; when it is missing, one caller computes and
-        the others wait for its result (at most STAMPEDE_LOCK_TIMEOUT), so the function runs
-        once per expiry, not once per caller. Plain get() readers see nothing different."""
-        made, ttl = self._key(key, version), self._ttl_ms(timeout)
-        c = self._client
-        lock, token = same_slot(made, ":redoxide-recompute"), secrets.token_hex(8)
-        lock_ms = self._config.stampede_lock_ms
-        data, left = yield c.pipeline, ((("GET", made), ("PTTL", made)),)
-        if data is not None:
-            value = self._decode(data, key)
-            if ttl is None or not 0 < left < ttl * self._config.stampede_window:
-                return value
-            # Near expiry: recompute only if the value is still old when we take the lock.
-            threshold = round(ttl * self._config.stampede_window)
-            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, threshold)
-            if not (yield c.execute, (acquire,)):
-                return value  # someone else is recomputing, or just did
-        else:
-            # Missing: take the lock only while the value is still missing.
-            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, 0)
-            step, waited = 0.005, 0.0
-            while not (yield c.execute, (acquire,)):
-                data = yield c.get, (made,)
-                if data is not None:
-                    return self._decode(data, key)
-                if waited >= lock_ms / 1000:
-                    break  # the computing caller is stuck: compute ourselves, lock or not
-                yield plans.pause, (step,)
-                waited += step
-                step = min(step * 2, 0.1)
-        fresh = default() if callable(default) else default
-        encoded = self._encode(fresh, key)
-        if ttl == 0:
-            store: tuple[Any, ...] = ("DEL", made)
-        else:
-            store = ("SET", made, encoded) + (() if ttl is None else ("PX", ttl))
-        # Releasing checks the token, so a lock we no longer hold is left alone.
-        yield c.pipeline, ((store, ("EVAL", _scripts.RELEASE, 1, lock, token)),)
-        return fresh
-
     def _clear(self) -> Plan[bool]:
         if self._config.clear_prefix_only:
             # Only this cache's keys, every version: for a database shared with other data.
-            prefix = glob_escape(self.key_prefix)
-            if self.key_func is default_key_func:
-                match = f"{prefix}:*"
-            else:
-                match = self.key_func("*", prefix, "*")
+            match = cache_glob(self.key_func, self.key_prefix, self.version)
+            if match is None:
+                raise ConfigurationError(
+                    "redoxide: CLEAR_PREFIX_ONLY cannot tell this cache's keys from others': "
+                    "the names KEY_FUNCTION makes share no fixed part that holds KEY_PREFIX "
+                    f"{self.key_prefix!r} (it hashes them, or KEY_PREFIX is empty); nothing was "
+                    "deleted. Keep the prefix outside the hash, or give the cache a database "
+                    "of its own and clear() with FLUSHDB"
+                )
             yield from self._delete_matching(match)
             return True
         return bool((yield self._client.execute, (("FLUSHDB",),)))
@@ -549,14 +485,16 @@ class RedisCache(ValuesMixin, ExpiryMixin, PatternsMixin, StructuresMixin, LockM
     def get_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
     ) -> Any:
-        plan = self._get_or_set(key, default, timeout, version)
-        return self._run(plan, Computed(default))
+        computed = Computed(default)
+        plan = self._get_or_set(key, computed, timeout, version)
+        return self._run(plan, computed)
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
     ) -> Any:
-        plan = self._get_or_set(key, default, timeout, version)
-        return await self._arun(plan, Computed(default))
+        computed = Computed(default)
+        plan = self._get_or_set(key, computed, timeout, version)
+        return await self._arun(plan, computed)
 
     def clear(self) -> bool:  # type: ignore[override]  # Django's builtin returns bool too
         return self._run(self._clear(), False)

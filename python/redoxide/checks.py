@@ -3,7 +3,8 @@
 
 - ``manage.py check`` (tags ``redoxide``, ``caches``): every redoxide cache's LOCATION and
   OPTIONS, judged by the parser construction uses, so a check reports exactly what
-  building the cache would refuse (E001-E004).
+  building the cache would refuse (E001-E004), and a CLEAR_PREFIX_ONLY that clear() cannot
+  keep (E005).
 - ``manage.py check --deploy``: settings that are risky in production (W001-W005).
 - ``manage.py check --tag redoxide_connectivity``: every node of every redoxide cache answers
   PING within the cache's timeouts (E010, E011). Like Django's database checks, which need
@@ -20,11 +21,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.apps import AppConfig
+from django.core.cache.backends.base import default_key_func, get_key_func
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from redoxide._location import parse_location, query_db
+from redoxide._patterns import cache_glob
 from redoxide.cache import RedisCache
 from redoxide.options import Config, _names, parse_config
 from redoxide.serializers import PickleSerializer
@@ -53,6 +56,9 @@ _HINTS = {
     "E002": "See the Options table of redoxide's README for the accepted names.",
     "E003": "Fix the value the message names.",
     "E004": "Django could not build this cache from its settings.",
+    "E005": "Keep KEY_PREFIX outside whatever KEY_FUNCTION hashes (e.g. "
+    '"{prefix}:{version}:" + hash), or give the cache a database of its own and drop '
+    "CLEAR_PREFIX_ONLY.",
     "E010": "Check that the server runs and that this host may reach it; SOCKET_TIMEOUT and "
     "SOCKET_CONNECT_TIMEOUT bound each attempt.",
     "E011": "Check the SENTINELS addresses or the cluster's seed LOCATION.",
@@ -140,7 +146,11 @@ def configuration_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage
 def _build(cls: Any, entry: dict[str, Any]) -> Any:
     """Build the cache as Django's cache handler does (no connection is made)."""
     params = {k: v for k, v in entry.items() if k not in ("BACKEND", "LOCATION")}
-    return cls(entry.get("LOCATION", ""), params)
+    cache = cls(entry.get("LOCATION", ""), params)
+    error = cache.__dict__.get("_config_error")
+    if error is not None:  # built unusable: its calls would raise this
+        raise error
+    return cache
 
 
 def valid_configs() -> Iterator[tuple[str, Config]]:
@@ -156,8 +166,27 @@ def check_configuration(
     """Check every redoxide cache's LOCATION and OPTIONS."""
     messages: list[CheckMessage] = []
     for alias, entry in redoxide_caches():
-        messages.extend(configuration_errors(alias, entry))
+        errors = configuration_errors(alias, entry)
+        messages.extend(errors)
+        if not errors:
+            messages.extend(_clear_prefix_errors(alias, entry))
     return messages
+
+
+def _clear_prefix_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage]:
+    """CLEAR_PREFIX_ONLY with a KEY_FUNCTION whose names clear() cannot find (E005)."""
+    config = parse_config(entry.get("LOCATION", ""), entry.get("OPTIONS"))
+    if not config.clear_prefix_only:
+        return []
+    key_func = get_key_func(entry.get("KEY_FUNCTION"))
+    prefix, version = str(entry.get("KEY_PREFIX", "")), entry.get("VERSION", 1)
+    if key_func is default_key_func or cache_glob(key_func, prefix, version) is not None:
+        return []
+    message = (
+        "CLEAR_PREFIX_ONLY cannot find this cache's keys: the names KEY_FUNCTION makes share "
+        f"no fixed part holding KEY_PREFIX {prefix!r}, so clear() raises instead of deleting."
+    )
+    return [_error("E005", alias, message)]
 
 
 # -- deployment ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ with django-redis, whose lock I/O bypasses IGNORE_EXCEPTIONS too).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -24,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 from redoxide._bridges import bridge as _bridge
 from redoxide._scripts import EXTEND as _EXTEND_SCRIPT
 from redoxide._scripts import RELEASE as _RELEASE_SCRIPT
-from redoxide.exceptions import LockError, LockNotOwnedError
+from redoxide.exceptions import LockError, LockNotOwnedError, ResponseError
 
 if TYPE_CHECKING:
     from redoxide._protocols import ClientLike
 
 __all__ = ["AsyncLock", "Lock", "LockError", "LockMixin", "LockNotOwnedError"]
+
+# Releases of abandoned acquisitions still running (a task is kept only while referenced).
+_RELEASING: set[asyncio.Task[None]] = set()
 
 
 def _seconds_to_ms(seconds: float, what: str) -> int:
@@ -153,10 +157,29 @@ class Lock(_LockState):
         for delay in self._attempts(sleep, blocking, blocking_timeout):
             if delay:
                 time.sleep(delay)
-            if self._client.execute(command):
+            try:
+                taken = self._client.execute(command)
+            except ResponseError:
+                raise  # the server refused it: nothing was taken
+            except BaseException:
+                self._abandon(token)
+                raise
+            if taken:
                 self._token = token
                 return True
         return False
+
+    def _abandon(self, token: bytes) -> None:
+        """An acquire whose reply was lost (a timeout, a broken connection, an interrupt) may
+        have taken the lock: release it if it holds our token, in the background, so the
+        caller's error is not delayed and a lock without a timeout is not held for ever."""
+        command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
+
+        def release() -> None:
+            with contextlib.suppress(Exception):
+                self._client.execute(command)
+
+        threading.Thread(target=release, name="redoxide-lock-release", daemon=True).start()
 
     def release(self) -> None:
         """Release the lock; raise LockError if this instance does not hold it anymore."""
@@ -209,10 +232,33 @@ class AsyncLock(_LockState):
         for delay in self._attempts(sleep, blocking, blocking_timeout):
             if delay:
                 await asyncio.sleep(delay)
-            if await self._client.execute(command, _bridge()):
+            try:
+                taken = await self._client.execute(command, _bridge())
+            except ResponseError:
+                raise  # the server refused it: nothing was taken
+            except BaseException:
+                self._abandon(token)
+                raise
+            if taken:
                 self._token = token
                 return True
         return False
+
+    def _abandon(self, token: bytes) -> None:
+        """Lock._abandon for async code (cancellation included): the release runs as a task
+        of its own, which the caller's cancellation does not reach."""
+        command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
+
+        async def release() -> None:
+            with contextlib.suppress(Exception):
+                await self._client.execute(command, _bridge())
+
+        try:
+            task = asyncio.get_running_loop().create_task(release())
+        except RuntimeError:  # the loop is closing: the lock's own timeout is all that is left
+            return
+        _RELEASING.add(task)
+        task.add_done_callback(_RELEASING.discard)
 
     async def release(self) -> None:
         """Release the lock; raise LockError if this instance does not hold it anymore."""

@@ -438,7 +438,9 @@ def _value_codec(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, 
             )
         except ValueError as exc:
             raise _fail(names.get("compress_level", names["compressor"]), str(exc)) from exc
-        for method in ("compress", "decompress", "is_compressed"):
+        # is_compressed() is optional: django-redis' compressors have none (their decompress()
+        # refuses data they did not write).
+        for method in ("compress", "decompress"):
             if not callable(getattr(compressor, method, None)):
                 raise _fail(names["compressor"], f"must have a {method}() method")
         kwargs["compressor"] = compressor

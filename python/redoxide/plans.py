@@ -98,15 +98,22 @@ async def then(waiting: Awaitable[Any], finish: Callable[[Any], T]) -> T:
 
 
 class Computed:
-    """A fallback that is only worked out when needed (get_or_set's default)."""
+    """A value worked out only when needed, and at most once (get_or_set's default: the plan
+    computes it, and a fail-open fallback after that returns the same value instead of
+    calling the function again)."""
 
-    __slots__ = ("default",)
+    __slots__ = ("default", "done", "value")
 
     def __init__(self, default: Any) -> None:
         self.default = default
+        self.done = False
+        self.value: Any = None
 
     def __call__(self) -> Any:
-        return self.default() if callable(self.default) else self.default
+        if not self.done:
+            self.value = self.default() if callable(self.default) else self.default
+            self.done = True
+        return self.value
 
 
 class FailOpen:

@@ -211,7 +211,7 @@ def test_the_suggested_url_reaches_the_legacy_locations_database(
     make_cache: Callable[..., Any], redis_server: RedisServer, redis_client: Any
 ) -> None:
     with pytest.raises(ConfigurationError) as caught:
-        make_cache(f"127.0.0.1:{redis_server.port}:2")
+        make_cache(f"127.0.0.1:{redis_server.port}:2").get("k")
     suggested = re.search(r"write '([^']+)'", str(caught.value))
     assert suggested is not None
     cache = make_cache(suggested.group(1))

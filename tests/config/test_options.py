@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from django.core.cache import CacheHandler
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 from support.backend import (
     BACKEND,
     JSONSerializer,
@@ -421,8 +422,10 @@ def test_options_that_are_not_a_dict_fail_at_startup() -> None:
 
 
 @redoxide_only
-def test_bad_settings_fail_when_django_builds_the_cache() -> None:
-    """Through django.core.cache.caches (a CacheHandler), as a project meets it."""
+def test_bad_settings_fail_at_the_first_call_of_the_cache_django_builds() -> None:
+    """Through django.core.cache.caches (a CacheHandler), as a project meets it. Building does
+    not raise (Django's own checks build every cache: `manage.py check` must not crash); the
+    first call does, naming the setting, and close() (called after every request) does not."""
     handler = CacheHandler(
         {
             "good": {"BACKEND": BACKEND, "LOCATION": DOWN},
@@ -432,9 +435,13 @@ def test_bad_settings_fail_when_django_builds_the_cache() -> None:
     )
     assert handler["good"] is not None  # building a good one needs no server
     with pytest.raises(ImproperlyConfigured, match="DB"):
-        handler["bad_option"]
+        handler["bad_option"].get("k")
     with pytest.raises(ImproperlyConfigured, match="LOCATION"):
-        handler["bad_location"]
+        asyncio.run(handler["bad_location"].aset("k", 1))
+    with pytest.raises(ImproperlyConfigured, match="LOCATION"):
+        handler["bad_location"].client  # noqa: B018  (a property refuses too)
+    handler.close_all()
+    assert isinstance(handler["bad_option"], import_string(BACKEND))
 
 
 @pytest.mark.skipif(
@@ -445,4 +452,4 @@ def test_extreme_socket_timeouts_are_rejected(value: float) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
     with pytest.raises(ImproperlyConfigured, match="SOCKET_TIMEOUT"):
-        build_cache("redis://127.0.0.1:1/0", {"OPTIONS": {"SOCKET_TIMEOUT": value}})
+        build_cache("redis://127.0.0.1:1/0", {"OPTIONS": {"SOCKET_TIMEOUT": value}}).get("k")

@@ -69,7 +69,7 @@ def test_a_check_reports_what_construction_refuses_with_a_stable_id(
         entry["OPTIONS"] = options
     project({"bad": entry})
     with pytest.raises(ImproperlyConfigured) as refused:
-        build_cache(location, {"OPTIONS": options} if options is not None else {})
+        build_cache(location, {"OPTIONS": options} if options is not None else {}).get("k")
     [message] = check_configuration()
     assert message.id == code
     assert word in message.msg

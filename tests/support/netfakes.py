@@ -1,5 +1,6 @@
-"""Loopback network fakes: a port that never accepts, a node that never answers, and a
-round-trip counting proxy in front of a real server."""
+"""Loopback network fakes: a port that never accepts, a node that never answers, a
+round-trip counting proxy in front of a real server, and a server that takes the handshake and
+then misbehaves (trickles a reply, or stops reading)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,148 @@ class CountingProxy:
         self._wake_w.close()
 
     def __enter__(self) -> CountingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- a fake RESP server that takes the handshake, then misbehaves -----------------------------
+
+#: What a client sends before its first command (see src/proto/handshake.rs); answered at once.
+_HANDSHAKE = frozenset({b"CLIENT", b"PING", b"SELECT", b"AUTH", b"READONLY"})
+
+
+def _parse_command(buf: bytes) -> tuple[list[bytes], int | None]:
+    """Parse the RESP array of bulk strings at the start of `buf`: (the arguments read so far,
+    the number of bytes the whole command takes, or None while it is incomplete)."""
+    end = buf.find(b"\r\n")
+    if end < 0:
+        return [], None
+    if buf[:1] != b"*":
+        raise ValueError(f"not a RESP array: {buf[:20]!r}")
+    count, pos = int(buf[1:end]), end + 2
+    args: list[bytes] = []
+    for _ in range(count):
+        end = buf.find(b"\r\n", pos)
+        if end < 0:
+            return args, None
+        size, start = int(buf[pos + 1 : end]), end + 2
+        if len(buf) < start + size + 2:
+            return args, None
+        args.append(buf[start : start + size])
+        pos = start + size + 2
+    return args, pos
+
+
+class MisbehavingServer:
+    """A loopback server that speaks just enough RESP for a client's handshake (PING, CLIENT,
+    SELECT, AUTH, READONLY: +PONG or +OK), then misbehaves:
+
+    - ``"trickle"`` answers GET with a bulk string header of `size` bytes, then sends one byte
+      every `interval` seconds (other commands get +OK): a reply that never ends in time.
+    - ``"deaf"`` stops reading at the first command that is not the handshake's and keeps the
+      connection open, so a large write fills the socket buffers and blocks.
+
+    Each connection is served for at most `duration` seconds; every thread is a daemon and
+    every loop is bounded, and close() (or leaving the ``with`` block) ends them all and
+    closes the sockets, which also ends any call still blocked on them.
+    """
+
+    def __init__(
+        self, behaviour: str, *, size: int = 100_000, interval: float = 0.05, duration: float = 30.0
+    ) -> None:
+        if behaviour not in ("trickle", "deaf"):
+            raise ValueError(f"behaviour must be 'trickle' or 'deaf', not {behaviour!r}")
+        self.behaviour = behaviour
+        self.size, self.interval, self.duration = size, interval, duration
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.port: int = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        #: The names of the commands received (handshake included), upper-case.
+        self.commands: list[bytes] = []
+        self._spawn(self._accept, "MisbehavingServer-accept")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        deadline = time.monotonic() + self.duration
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._spawn(self._serve, "MisbehavingServer-conn", conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        deadline = time.monotonic() + self.duration
+        conn.settimeout(0.1)
+        buf = b""
+        with conn:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                args, used = _parse_command(buf)
+                if used is None:
+                    if args and args[0].upper() not in _HANDSHAKE and self.behaviour == "deaf":
+                        break  # a command has started: read no more of it
+                    try:
+                        chunk = conn.recv(65536)
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    buf += chunk
+                    continue
+                buf = buf[used:]
+                name = args[0].upper()
+                with self._lock:
+                    self.commands.append(name)
+                try:
+                    if name in _HANDSHAKE:
+                        conn.sendall(b"+PONG\r\n" if name == b"PING" else b"+OK\r\n")
+                    elif self.behaviour == "deaf":
+                        break
+                    elif name == b"GET":
+                        self._trickle(conn, deadline)
+                        return
+                    else:
+                        conn.sendall(b"+OK\r\n")
+                except OSError:
+                    return
+            # Deaf: hold the connection, unread, until the end.
+            self._stop.wait(max(0.0, deadline - time.monotonic()))
+
+    def _trickle(self, conn: socket.socket, deadline: float) -> None:
+        conn.sendall(b"$%d\r\n" % self.size)
+        for _ in range(self.size):
+            if self._stop.wait(self.interval) or time.monotonic() > deadline:
+                return
+            conn.sendall(b"x")
+        conn.sendall(b"\r\n")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(5)
+
+    def __enter__(self) -> MisbehavingServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -109,23 +109,32 @@ def cache() -> RedisCache:
     return RedisCache("redis://127.0.0.1:1/0", {"KEY_PREFIX": "p"})
 
 
-def test_incr_falls_back_to_read_add_write_on_a_non_integer(cache: RedisCache) -> None:
+def test_incr_of_a_non_integer_writes_back_only_if_nobody_wrote_meanwhile(
+    cache: RedisCache,
+) -> None:
     import pickle
 
     sent: list[tuple[Any, ...]] = []
+    stored = [pickle.dumps(1.5), pickle.dumps(2.0)]  # another writer gets in once
 
     def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         command = args[0]
         sent.append(tuple(command))
-        if command[0] == "EVALSHA":
+        if command[0] == "EVALSHA" and command[1] == _scripts.INCR_SHA:
             return response_error(_scripts.NOT_AN_INTEGER, "NOTINT ERR value is not an integer")
         if command[0] == "GET":
-            return pickle.dumps(1.5)
-        return True
+            return stored[0]
+        # The compare-and-set: it fails while the value is not the one read.
+        if command[4] == stored[0] and len(stored) > 1:
+            stored.pop(0)
+            return 0
+        return 1
 
-    assert drive(cache._incr("k", 1, None), answer) == 2.5
-    assert [c[0] for c in sent] == ["EVALSHA", "GET", "SET"]
-    assert sent[2][1] == "p:1:k" and "KEEPTTL" in sent[2]
+    assert drive(cache._incr("k", 1, None), answer) == 3.0
+    names = [c[0] for c in sent]
+    assert names == ["EVALSHA", "GET", "EVALSHA", "GET", "EVALSHA"]
+    assert sent[4][1] == _scripts.COMPARE_AND_SET_SHA and sent[4][3] == "p:1:k"
+    assert pickle.loads(sent[4][5]) == 3.0
 
 
 def test_incr_sends_the_script_whole_once_the_server_lacks_it(cache: RedisCache) -> None:

@@ -1,0 +1,120 @@
+"""incr / decr and the version moves, as plans (a mixin for RedisCache).
+
+incr is one INCRBY, inside a script that refuses a missing key (Django's contract). A value
+INCRBY cannot add to (a pickled number, an int past 64 bits, a float delta) is added in Python
+and written back with a compare-and-set script, retried while other writers get in first, so
+no increment is ever lost.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from redoxide import _scripts
+from redoxide.exceptions import CacheTimeout, CrossSlotError, NoScriptError, ResponseError
+
+if TYPE_CHECKING:
+    from redoxide._protocols import ClientLike
+    from redoxide.options import Config
+    from redoxide.plans import Plan
+
+__all__ = ["CountersMixin"]
+
+
+class CountersMixin:
+    """The plans of incr, decr, incr_version and decr_version."""
+
+    if TYPE_CHECKING:  # what RedisCache provides
+        _client: ClientLike
+        _config: Config
+        version: int
+
+        def _key(self, key: Any, version: int | None) -> str: ...
+        def _encode(self, value: Any, key: Any = None) -> bytes: ...
+        def _decode(self, data: bytes, key: Any) -> Any: ...
+
+    def _incr(self, key: Any, delta: int, version: int | None, create: bool = False) -> Plan[Any]:
+        made = self._key(key, version)
+        c = self._client
+        # ignore_key_check (create): plain INCRBY, which starts a missing key at 0 with no
+        # expiry, as django-redis does. It answers ERR (no code of its own) where the script
+        # answers NOTINT.
+        if create:
+            command: tuple[Any, ...] = ("INCRBY", made, delta)
+        else:
+            command = ("EVALSHA", _scripts.INCR_SHA, 1, made, delta)
+        try:
+            try:
+                value = yield c.execute, (command,)
+            except NoScriptError:
+                # The server has not seen the script yet (or flushed it): send it whole once.
+                value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
+        except ResponseError as exc:
+            if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
+                raise
+            # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta, a sum
+            # past 2**63-1): add in Python and write back only if nobody wrote meanwhile.
+            return (yield from self._incr_checked(key, made, delta, create))
+        if value is None:
+            raise ValueError(f"Key '{key}' not found.")
+        return value
+
+    def _incr_checked(self, key: Any, made: str, delta: Any, create: bool) -> Plan[Any]:
+        """incr by read, add and compare-and-set (keeping the TTL), retried while other writers
+        change the value in between: atomic like INCRBY, so no increment is ever lost. Gives up
+        with CacheTimeout if writers keep winning for longer than SOCKET_TIMEOUT."""
+        c = self._client
+        deadline = time.monotonic() + self._config.socket_timeout
+        attempts = 0
+        while True:
+            # From the primary (a router sends get() to replicas, which may lag).
+            data = yield c.execute, (("GET", made),)
+            if data is None and not create:
+                raise ValueError(f"Key '{key}' not found.")
+            value = (0 if data is None else self._decode(data, key)) + delta
+            written = yield from self._eval(
+                _scripts.COMPARE_AND_SET,
+                _scripts.COMPARE_AND_SET_SHA,
+                (made,),
+                (b"" if data is None else data, self._encode(value, key), int(data is None)),
+            )
+            if written == 1:
+                return value
+            if written == -1 and not create:
+                raise ValueError(f"Key '{key}' not found.")
+            attempts += 1
+            if time.monotonic() >= deadline:
+                raise CacheTimeout(
+                    f"incr of key {key!r} lost to concurrent writers {attempts} times in "
+                    f"{self._config.socket_timeout} s (SOCKET_TIMEOUT); nothing was written"
+                )
+
+    def _eval(
+        self, script: str, sha: str, keys: tuple[Any, ...], args: tuple[Any, ...]
+    ) -> Plan[Any]:
+        """Run a script by its SHA1, sending it whole once if the server does not know it."""
+        c = self._client
+        try:
+            return (yield c.execute, (("EVALSHA", sha, len(keys), *keys, *args),))
+        except NoScriptError:
+            return (yield c.execute, (("EVAL", script, len(keys), *keys, *args),))
+
+    def _incr_version(self, key: Any, delta: int, version: int | None) -> Plan[int]:
+        if version is None:
+            version = self.version
+        old, new = self._key(key, version), self._key(key, version + delta)
+        c = self._client
+        try:
+            moved = yield c.execute, (("EVAL", _scripts.RENAME, 2, old, new),)
+        except CrossSlotError:
+            # A cluster keeps the two versions in different slots (unless the key has a
+            # {hash tag}): copy and delete, keeping the TTL; not atomic, as on django-redis.
+            data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
+            moved = data is not None
+            if moved:
+                store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
+                yield c.pipeline, ((store, ("DEL", old)),)
+        if not moved:
+            raise ValueError(f"Key '{key}' not found.")
+        return version + delta

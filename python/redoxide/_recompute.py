@@ -1,0 +1,126 @@
+"""get_or_set as a plan, with and without stampede protection (a mixin for RedisCache)."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from redoxide import _scripts, plans
+from redoxide.exceptions import CacheError, SerializationError
+from redoxide.topology.commands import same_slot
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from redoxide._protocols import ClientLike
+    from redoxide.options import Config
+    from redoxide.plans import Plan
+
+__all__ = ["RecomputeMixin"]
+
+
+class RecomputeMixin:
+    """The plan of get_or_set and aget_or_set."""
+
+    if TYPE_CHECKING:  # what RedisCache provides
+        _client: ClientLike
+        _config: Config
+        _failed: Callable[[BaseException, Any], Any]
+
+        def _key(self, key: Any, version: int | None) -> str: ...
+        def _encode(self, value: Any, key: Any = None) -> bytes: ...
+        def _decode(self, data: bytes, key: Any) -> Any: ...
+        def _ttl_ms(self, timeout: Any) -> int | None: ...
+
+    def _get_or_set(self, key: Any, default: Any, timeout: Any, version: int | None) -> Plan[Any]:
+        if self._config.stampede_protection:
+            return (yield from self._get_or_set_guarded(key, default, timeout, version))
+        made = self._key(key, version)
+        c = self._client
+        data = yield c.get, (made,)
+        corrupt = False
+        if data is not None:
+            try:
+                return self._decode(data, key)
+            except SerializationError as exc:
+                # Raises unless fail-open covers it; then the value is replaced, not kept to
+                # make every later call compute again.
+                self._failed(exc, None)
+                corrupt = True
+        if callable(default):
+            default = default()
+        encoded, ttl = self._encode(default, key), self._ttl_ms(timeout)
+        if ttl == 0:
+            return default  # expires at once: nothing to store
+        set_cmd: tuple[Any, ...] = ("SET", made, encoded) + (() if corrupt else ("NX",))
+        if ttl is not None:
+            set_cmd += ("PX", ttl)
+        # Add and read back in one round trip: if another caller won the race, return theirs.
+        _, data = yield c.pipeline, ((set_cmd, ("GET", made)),)
+        return default if data is None else self._decode(data, key)
+
+    def _get_or_set_guarded(
+        self, key: Any, default: Any, timeout: Any, version: int | None
+    ) -> Plan[Any]:
+        """get_or_set with stampede protection (STAMPEDE_PROTECTION): while a value is in the
+        last STAMPEDE_WINDOW of its life, one caller (holding a short lock) recomputes it and the
+        others keep returning the current value; when it is missing, one caller computes and
+        the others wait for its result (at most STAMPEDE_LOCK_TIMEOUT), so the function runs
+        once per expiry, not once per caller. Plain get() readers see nothing different."""
+        made, ttl = self._key(key, version), self._ttl_ms(timeout)
+        c = self._client
+        lock, token = same_slot(made, ":redoxide-recompute"), secrets.token_hex(8)
+        lock_ms = self._config.stampede_lock_ms
+        data, left = yield c.pipeline, ((("GET", made), ("PTTL", made)),)
+        if data is not None:
+            try:
+                value = self._decode(data, key)
+            except SerializationError as exc:
+                self._failed(exc, None)  # raises unless fail-open covers it
+                # Fail-open: replace the undecodable value, without waiting for a lock.
+                fresh = default() if callable(default) else default
+                encoded = self._encode(fresh, key)
+                if ttl != 0:
+                    yield (
+                        c.execute,
+                        (("SET", made, encoded) + (() if ttl is None else ("PX", ttl)),),
+                    )
+                return fresh
+            if ttl is None or not 0 < left < ttl * self._config.stampede_window:
+                return value
+            # Near expiry: recompute only if the value is still old when we take the lock.
+            threshold = round(ttl * self._config.stampede_window)
+            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, threshold)
+            if not (yield c.execute, (acquire,)):
+                return value  # someone else is recomputing, or just did
+        else:
+            # Missing: take the lock only while the value is still missing.
+            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, 0)
+            step, waited = 0.005, 0.0
+            while not (yield c.execute, (acquire,)):
+                data = yield c.get, (made,)
+                if data is not None:
+                    return self._decode(data, key)
+                if waited >= lock_ms / 1000:
+                    break  # the computing caller is stuck: compute ourselves, lock or not
+                yield plans.pause, (step,)
+                waited += step
+                step = min(step * 2, 0.1)
+        try:
+            fresh = default() if callable(default) else default
+            encoded = self._encode(fresh, key)
+        except BaseException:
+            # The computation failed (the database is down, the value cannot be pickled): let
+            # the next caller try at once instead of waiting out the lock. Token-checked, so a
+            # lock we never took or no longer hold is left alone.
+            with contextlib.suppress(CacheError):  # the caller's error is the one to see
+                yield c.execute, (("EVAL", _scripts.RELEASE, 1, lock, token),)
+            raise
+        if ttl == 0:
+            store: tuple[Any, ...] = ("DEL", made)
+        else:
+            store = ("SET", made, encoded) + (() if ttl is None else ("PX", ttl))
+        # Releasing checks the token, so a lock we no longer hold is left alone.
+        yield c.pipeline, ((store, ("EVAL", _scripts.RELEASE, 1, lock, token)),)
+        return fresh
