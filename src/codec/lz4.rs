@@ -13,8 +13,7 @@ const LZ4_BLOCK: usize = 64 * 1024;
 /// An LZ4 sequence can expand at most ~255x (each length byte adds 255).
 const LZ4_MAX_RATIO: u64 = 256;
 
-/// An output buffer for the LZ4 frame decoder: a fixed slice (the declared size) or a vector
-/// that grows up to a limit.
+/// An output buffer for the LZ4 frame decoder: a fixed slice (the declared or counted size).
 trait Sink {
     /// The buffer, made at least `pos + want` bytes long when the limit allows.
     fn reserve(&mut self, pos: usize, want: usize) -> &mut [u8];
@@ -23,22 +22,6 @@ trait Sink {
 impl Sink for [u8] {
     fn reserve(&mut self, _pos: usize, _want: usize) -> &mut [u8] {
         self
-    }
-}
-
-struct Growing {
-    buf: Vec<u8>,
-    max: usize,
-}
-
-impl Sink for Growing {
-    fn reserve(&mut self, pos: usize, want: usize) -> &mut [u8] {
-        let need = pos.saturating_add(want).min(self.max);
-        if self.buf.len() < need {
-            let len = need.max(self.buf.len().saturating_mul(2)).min(self.max);
-            self.buf.resize(len, 0);
-        }
-        &mut self.buf
     }
 }
 
@@ -221,7 +204,11 @@ pub fn lz4_frame_decompress(data: &[u8], max: usize) -> Result<Vec<u8>> {
             lz4_decompress_exact(data, &header, &mut out)?;
             Ok(out)
         }
-        None => lz4_decompress_growing(data, &header, max),
+        None => {
+            let mut out = vec![0u8; lz4_decompressed_size(data, &header, max)?];
+            lz4_decompress_exact(data, &header, &mut out)?;
+            Ok(out)
+        }
     }
 }
 
@@ -234,13 +221,65 @@ pub fn lz4_decompress_exact(data: &[u8], header: &Lz4Header, out: &mut [u8]) -> 
     Ok(())
 }
 
-/// Decode a frame without a declared size into at most `max` bytes.
-pub fn lz4_decompress_growing(data: &[u8], header: &Lz4Header, max: usize) -> Result<Vec<u8>> {
-    let start = data.len().saturating_mul(4).clamp(1024, LZ4_BLOCK).min(max);
-    let mut sink = Growing { buf: Vec::with_capacity(start), max };
-    let n = lz4_decode(data, header, &mut sink)?;
-    sink.buf.truncate(n);
-    Ok(sink.buf)
+/// The size a frame decompresses to, found by decoding each block into a scratch buffer that
+/// keeps only the window linked blocks refer back to: for frames that declare no size, so the
+/// output can be made once at its exact size. An error past `max` bytes, so a planted bomb is
+/// refused for the price of the scratch buffer. (The content checksum is checked by the pass
+/// that keeps the output.)
+pub fn lz4_decompressed_size(data: &[u8], header: &Lz4Header, max: usize) -> Result<usize> {
+    let err = |detail: &str| decode_err("LZ4", detail);
+    let mut scratch = vec![0u8; LZ4_WINDOW + header.block_max];
+    let mut kept = 0usize; // earlier output at the front of scratch (linked blocks only)
+    let mut total = 0usize;
+    let mut at = header.len;
+    loop {
+        let word = read_u32(data, at)?;
+        at += 4;
+        if word == 0 {
+            break;
+        }
+        let size = (word & 0x7FFF_FFFF) as usize;
+        if size > header.block_max {
+            return Err(err("block larger than the frame's block size"));
+        }
+        let block = data.get(at..at + size).ok_or_else(|| err("truncated frame"))?;
+        at += size;
+        if header.block_checksums {
+            if read_u32(data, at)? != XxHash32::oneshot(0, block) {
+                return Err(err("block checksum mismatch"));
+            }
+            at += 4;
+        }
+        let (prev, rest) = scratch.split_at_mut(kept);
+        let dst = &mut rest[..header.block_max];
+        let written = if word & 0x8000_0000 != 0 {
+            dst[..size].copy_from_slice(block);
+            size
+        } else if header.linked && kept > 0 {
+            lz4_block::decompress_into_with_dict(block, dst, prev)
+                .map_err(|e| decode_err("LZ4", e))?
+        } else {
+            lz4_block::decompress_into(block, dst).map_err(|e| decode_err("LZ4", e))?
+        };
+        total = total.saturating_add(written);
+        if total > max {
+            return Err(Error::Decode(format!("LZ4 data expands beyond the {max}-byte limit")));
+        }
+        if header.linked {
+            let end = kept + written;
+            let keep = end.min(LZ4_WINDOW);
+            scratch.copy_within(end - keep..end, 0);
+            kept = keep;
+        }
+    }
+    if header.content_checksum {
+        read_u32(data, at)?;
+        at += 4;
+    }
+    if at != data.len() {
+        return Err(err("trailing bytes after the frame"));
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ fn zstd_claim(data: &[u8]) -> Result<Option<u64>> {
 }
 
 /// Decompress zstd frames whose declared size is `out.len()`. `Ok(false)` means the data
-/// holds more than declared (several frames): decode it with `zstd_decompress_growing`.
+/// holds more than declared (several frames): count it with `zstd_decompressed_size`.
 pub fn zstd_decompress_exact(data: &[u8], out: &mut [u8]) -> Result<bool> {
     let result = ZSTD_D.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -77,61 +77,45 @@ pub fn zstd_decompress_exact(data: &[u8], out: &mut [u8]) -> Result<bool> {
     }
 }
 
-/// Stream-decode zstd frames without a declared size into at most `max` bytes.
-pub fn zstd_decompress_growing(data: &[u8], max: usize) -> Result<Vec<u8>> {
+/// The size zstd frames decompress to, found by decoding them into a small scratch buffer
+/// that keeps nothing: for frames that declare no size (or a wrong one), so the output can be
+/// made once at its exact size. An error past `max` bytes, so a planted bomb is refused for
+/// the price of a scratch buffer, never by allocating up to the limit.
+pub fn zstd_decompressed_size(data: &[u8], max: usize) -> Result<usize> {
     let too_big = || Error::Decode(format!("zstd data expands beyond the {max}-byte limit"));
     let mut dctx = DCtx::create();
-    // Bound the window the decoder may allocate by the output allowed, but never below
-    // 8 MiB: streaming compressors at levels up to 19 use windows up to that size.
+    // Frames may ask for a window up to the limit's size (no legitimate one needs more).
     let window_log = usize::BITS - max.saturating_sub(1).leading_zeros();
     dctx.set_parameter(DParameter::WindowLogMax(window_log.clamp(23, 27))).map_err(zstd_err)?;
-    let start = data.len().saturating_mul(4).clamp(1024, 1 << 20).min(max);
-    let mut out: Vec<u8> = Vec::with_capacity(start);
+    let mut scratch = vec![0u8; 128 * 1024];
     let mut input = InBuffer::around(data);
-    let mut probe = [0u8; 1];
-    // Whether the last call that moved data ended a frame (zstd then returns 0).
+    let mut total = 0usize;
     let mut frame_done = false;
     loop {
-        let progress = (out.len(), input.pos());
-        let (hint, room_left, moved) = if out.len() < out.capacity() {
-            let mut output = OutBuffer::around_pos(&mut out, progress.0);
-            let hint = dctx.decompress_stream(&mut output, &mut input).map_err(zstd_err)?;
-            let room_left = output.pos() < output.capacity();
-            (hint, room_left, (output.pos(), input.pos()) != progress)
-        } else if out.len() < max {
-            let grow = out.capacity().max(1024).min(max - out.len());
-            out.try_reserve_exact(grow).map_err(|_| too_big())?;
-            continue;
-        } else {
-            // At the limit: one more byte of output means the value is too large.
-            let mut output = OutBuffer::around(&mut probe[..]);
-            let hint = dctx.decompress_stream(&mut output, &mut input).map_err(zstd_err)?;
-            if output.pos() > 0 {
-                return Err(too_big());
-            }
-            (hint, true, input.pos() != progress.1)
-        };
-        if moved {
+        let before = input.pos();
+        let mut output = OutBuffer::around(&mut scratch[..]);
+        let hint = dctx.decompress_stream(&mut output, &mut input).map_err(zstd_err)?;
+        let written = output.pos();
+        total = total.saturating_add(written);
+        if total > max {
+            return Err(too_big());
+        }
+        if written > 0 || input.pos() != before {
             frame_done = hint == 0;
-        } else if room_left {
+        } else {
             if input.pos() < data.len() {
                 return Err(decode_err("zstd", "decoder made no progress"));
             }
-            // Room to write and nothing moved: all input used and all output flushed.
             break;
         }
-        // With input consumed and room left, the decoder has flushed all it can.
-        if input.pos() == data.len() && room_left {
+        if input.pos() == data.len() && written < scratch.len() {
             break;
         }
     }
     if !frame_done {
         return Err(decode_err("zstd", "truncated frame"));
     }
-    if out.len() > max {
-        return Err(too_big());
-    }
-    Ok(out)
+    Ok(total)
 }
 
 /// Decompress zstd frames into at most `max` bytes (what `zstd_decompress` does, into a `Vec`).
@@ -143,7 +127,11 @@ pub fn zstd_frame_decompress(data: &[u8], max: usize) -> Result<Vec<u8>> {
             return Ok(out);
         }
     }
-    zstd_decompress_growing(data, max)
+    let mut out = vec![0u8; zstd_decompressed_size(data, max)?];
+    if !zstd_decompress_exact(data, &mut out)? {
+        return Err(decode_err("zstd", "more output than counted"));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

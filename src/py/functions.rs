@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::codec::{lz4, zstd};
-use crate::errors::{guard, Result};
+use crate::errors::{guard, Error, Result};
 use crate::proto::command::pipeline_from;
 use crate::proto::reply;
 use crate::py::client::Client;
@@ -44,28 +44,44 @@ fn run<T: Send>(py: Python<'_>, heavy: bool, f: impl FnOnce() -> Result<T> + Sen
     })
 }
 
-/// Decode into a new bytes object: straight into it when the size is declared.
+/// Decode into a new bytes object made once at its final size: the declared size, or, where
+/// a frame declares none (or the decoder finds more than declared), the size a first pass
+/// counts without keeping anything. So a frame that expands past the limit costs a scratch
+/// buffer to refuse, and a legitimate one is never held twice (a growing buffer, then its copy).
 fn decode_into_bytes<'py>(
     py: Python<'py>,
     data: &[u8],
     claimed: Option<usize>,
-    exact: impl FnOnce(&mut [u8]) -> Result<bool> + Send,
-    growing: impl FnOnce() -> Result<Vec<u8>> + Send,
+    exact: impl Fn(&mut [u8]) -> Result<bool> + Sync,
+    count: impl FnOnce() -> Result<usize> + Send,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let heavy = data.len() >= DETACH_THRESHOLD;
     if let Some(size) = claimed {
-        let mut complete = true;
-        let bytes = PyBytes::new_with(py, size, |buf| {
-            complete = run(py, heavy || size >= 4 * DETACH_THRESHOLD, || exact(buf))?;
-            Ok(())
-        })?;
-        if complete {
+        if let Some(bytes) = decode_sized(py, data, size, &exact)? {
             return Ok(bytes);
         }
+        // More than declared (concatenated frames): count it as for an undeclared size.
     }
-    // No declared size: the output may be large whatever the input length.
-    let out = run(py, true, growing)?;
-    Ok(PyBytes::new(py, &out))
+    let size = run(py, true, count)?;
+    match decode_sized(py, data, size, &exact)? {
+        Some(bytes) => Ok(bytes),
+        None => Err(Error::Decode("compressed data decodes to more than counted".into()).into()),
+    }
+}
+
+/// Decode into a new bytes object of `size` bytes; None if the data holds more.
+fn decode_sized<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    size: usize,
+    exact: &(impl Fn(&mut [u8]) -> Result<bool> + Sync),
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let heavy = data.len() >= DETACH_THRESHOLD || size >= 4 * DETACH_THRESHOLD;
+    let mut complete = true;
+    let bytes = PyBytes::new_with(py, size, |buf| {
+        complete = run(py, heavy, || exact(buf))?;
+        Ok(())
+    })?;
+    Ok(complete.then_some(bytes))
 }
 
 /// Compress `data` into one LZ4 frame (the format of python-lz4's `lz4.frame.compress`).
@@ -99,7 +115,7 @@ pub fn lz4_decompress<'py>(
         data,
         claimed,
         |buf| lz4::lz4_decompress_exact(data, header, buf).map(|()| true),
-        || lz4::lz4_decompress_growing(data, header, max_size),
+        || lz4::lz4_decompressed_size(data, header, max_size),
     )
 }
 
@@ -129,7 +145,7 @@ pub fn zstd_decompress<'py>(
         data,
         claimed,
         |buf| zstd::zstd_decompress_exact(data, buf),
-        || zstd::zstd_decompress_growing(data, max_size),
+        || zstd::zstd_decompressed_size(data, max_size),
     )
 }
 
