@@ -109,12 +109,29 @@ class CountersMixin:
             moved = yield c.execute, (("EVAL", _scripts.RENAME, 2, old, new),)
         except CrossSlotError:
             # A cluster keeps the two versions in different slots (unless the key has a
-            # {hash tag}): copy and delete, keeping the TTL; not atomic, as on django-redis.
-            data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
-            moved = data is not None
-            if moved:
-                store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
-                yield c.pipeline, ((store, ("DEL", old)),)
+            # {hash tag}): no script sees both, so the move is a copy and a delete.
+            moved = yield from self._move_across_slots(key, old, new)
         if not moved:
             raise ValueError(f"Key '{key}' not found.")
         return version + delta
+
+    def _move_across_slots(self, key: Any, old: str, new: str) -> Plan[bool]:
+        """Copy `old` to `new` keeping its TTL, then delete `old` only if it still holds what
+        was copied (else copy again): the value is never lost, by a failed copy or a write to
+        `old` in between. Gives up with CacheTimeout past SOCKET_TIMEOUT of such writes."""
+        c = self._client
+        deadline = time.monotonic() + self._config.socket_timeout
+        while True:
+            data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
+            if data is None:
+                return False
+            store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
+            yield c.execute, (store,)  # acknowledged before the old one goes
+            # The lock release script: DEL only while the key holds exactly `data`.
+            if (yield c.execute, (("EVAL", _scripts.RELEASE, 1, old, data),)):
+                return True
+            if time.monotonic() >= deadline:
+                raise CacheTimeout(
+                    f"incr_version of key {key!r}: its value kept changing while it was "
+                    f"copied for {self._config.socket_timeout} s (SOCKET_TIMEOUT)"
+                )

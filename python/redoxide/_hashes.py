@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from redoxide._members import StructuresBase, as_field
+from redoxide.exceptions import SerializationError
 
 if TYPE_CHECKING:
     from redoxide.plans import Plan
@@ -70,14 +71,26 @@ class HashesMixin(StructuresBase):
     def _hgetall(self, key: Any, version: int | None) -> Plan[dict[str, Any]]:
         reply = yield self._client.execute, (("HGETALL", self._key(key, version)),)
         pairs = iter(reply)
-        return {_field_name(f): self._decode(v, key) for f, v in zip(pairs, pairs, strict=True)}
+        found = {}
+        for f, v in zip(pairs, pairs, strict=True):
+            try:
+                found[_field_name(f)] = self._decode(v, key)
+            except SerializationError as exc:
+                self._failed(exc, None)  # raises unless fail-open: then a miss for this field
+        return found
 
     def _hmget(self, key: Any, fields: tuple[Any, ...], version: int | None) -> Plan[list[Any]]:
         if not fields:
             return []
         command = ("HMGET", self._key(key, version), *map(as_field, fields))
         reply = yield self._client.execute, (command,)
-        return [None if data is None else self._decode(data, key) for data in reply]
+        return [None if data is None else self._hmget_one(data, key) for data in reply]
+
+    def _hmget_one(self, data: bytes, key: Any) -> Any:
+        try:
+            return self._decode(data, key)
+        except SerializationError as exc:
+            return self._failed(exc, None)  # raises unless fail-open: then None, a miss
 
     def _hincrby(self, key: Any, field: Any, amount: int, version: int | None) -> Plan[int]:
         command = ("HINCRBY", self._key(key, version), as_field(field), amount)

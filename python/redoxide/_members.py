@@ -11,8 +11,10 @@ JSON a non-ASCII string or a list is a different member; values read back either
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from redoxide.exceptions import SerializationError
 
 if TYPE_CHECKING:
     from redoxide._protocols import ClientLike
@@ -55,6 +57,7 @@ class StructuresBase:
         _protocol: int
         _compress: bool
         _compress_min: int
+        _failed: Callable[[BaseException, Any], Any]
 
         def _key(self, key: Any, version: int | None) -> str: ...
         def _keys(self, keys: Iterable[Any], version: int | None) -> list[str]: ...
@@ -81,18 +84,38 @@ class StructuresBase:
         return data
 
     def _decode_set(self, replies: Iterable[bytes], key: Any) -> set[Any]:
-        return {self._decode(raw, key) for raw in replies}
+        try:
+            return {self._decode(raw, key) for raw in replies}
+        except SerializationError:
+            return set(self._decode_each(replies, key))
 
     def _decode_list(self, replies: Iterable[bytes], key: Any) -> list[Any]:
-        return [self._decode(raw, key) for raw in replies]
+        try:
+            return [self._decode(raw, key) for raw in replies]
+        except SerializationError:
+            return list(self._decode_each(replies, key))
+
+    def _decode_each(self, replies: Iterable[bytes], key: Any) -> Iterator[Any]:
+        """Decode members one by one: under fail-open an undecodable one is left out (counted
+        and logged) and the others are returned; otherwise it raises, naming the key."""
+        for raw in replies:
+            try:
+                yield self._decode(raw, key)
+            except SerializationError as exc:
+                self._failed(exc, None)
 
     def _decode_scored(
         self, reply: list[bytes], key: Any, cast: Callable[[Any], Any] = float
     ) -> list[tuple[Any, Any]]:
-        """Pair a flat member, score, member, score... reply into (member, score) tuples."""
+        """Pair a flat member, score, member, score... reply into (member, score) tuples (an
+        undecodable member is left out under fail-open, as in _decode_each)."""
         pairs = iter(reply)
-        if cast is float:
-            return [(self._decode(m, key), float(s)) for m, s in zip(pairs, pairs, strict=True)]
-        return [
-            (self._decode(m, key), cast_score(cast, s)) for m, s in zip(pairs, pairs, strict=True)
-        ]
+        scored = []
+        for m, s in zip(pairs, pairs, strict=True):
+            try:
+                member = self._decode(m, key)
+            except SerializationError as exc:
+                self._failed(exc, None)
+                continue
+            scored.append((member, float(s) if cast is float else cast_score(cast, s)))
+        return scored

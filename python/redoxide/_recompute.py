@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import time
 from typing import TYPE_CHECKING, Any
 
 from redoxide import _scripts, plans
@@ -97,15 +98,16 @@ class RecomputeMixin:
         else:
             # Missing: take the lock only while the value is still missing.
             acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, 0)
-            step, waited = 0.005, 0.0
+            # The wait counts its round trips too, not only its pauses.
+            step, give_up = 0.005, time.monotonic() + lock_ms / 1000
             while not (yield c.execute, (acquire,)):
                 data = yield c.get, (made,)
                 if data is not None:
                     return self._decode(data, key)
-                if waited >= lock_ms / 1000:
+                left = give_up - time.monotonic()
+                if left <= 0:
                     break  # the computing caller is stuck: compute ourselves, lock or not
-                yield plans.pause, (step,)
-                waited += step
+                yield plans.pause, (min(step, left),)
                 step = min(step * 2, 0.1)
         try:
             fresh = default() if callable(default) else default

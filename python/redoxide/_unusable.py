@@ -7,6 +7,7 @@ instead of listing redoxide.E001-E005).
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -28,6 +29,15 @@ def make_unusable(cache: Any, exc: BaseException) -> None:
 _UNUSABLE: dict[type, type] = {}
 
 
+def _fresh(error: BaseException) -> BaseException:
+    """A new exception like `error` for each call: raising the stored one again and again
+    would grow its traceback with every call."""
+    made = copy.copy(error)
+    made.__cause__ = error.__cause__
+    made.__traceback__ = None
+    return made
+
+
 def _unusable_class(cls: type) -> type:
     """A subclass of `cls` whose public methods and properties raise the stored error (close()
     and aclose(), which Django calls at the end of every request, do nothing)."""
@@ -36,10 +46,10 @@ def _unusable_class(cls: type) -> type:
         return made
 
     def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise self._config_error
+        raise _fresh(self._config_error)
 
     async def arefuse(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise self._config_error
+        raise _fresh(self._config_error)
 
     def nothing(self: Any, *args: Any, **kwargs: Any) -> None:
         return None

@@ -14,7 +14,6 @@ with django-redis, whose lock I/O bypasses IGNORE_EXCEPTIONS too).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 import uuid
@@ -34,6 +33,15 @@ __all__ = ["AsyncLock", "Lock", "LockError", "LockMixin", "LockNotOwnedError"]
 
 # Releases of abandoned acquisitions still running (a task is kept only while referenced).
 _RELEASING: set[asyncio.Task[None]] = set()
+
+
+def _abandon_pauses() -> Iterator[float]:
+    """When to try releasing an abandoned acquisition: at once, then every 0.25 s for about a
+    minute (the server may be stalled, and the lost SET may be applied only when it resumes,
+    even after a first release found nothing), stopping at the first release that deletes."""
+    yield 0.0
+    for _ in range(240):
+        yield 0.25
 
 
 def _seconds_to_ms(seconds: float, what: str) -> int:
@@ -176,8 +184,13 @@ class Lock(_LockState):
         command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
 
         def release() -> None:
-            with contextlib.suppress(Exception):
-                self._client.execute(command)
+            for pause in _abandon_pauses():
+                time.sleep(pause)
+                try:
+                    if self._client.execute(command):
+                        return
+                except Exception:  # the server is still away: try again later
+                    continue
 
         threading.Thread(target=release, name="redoxide-lock-release", daemon=True).start()
 
@@ -250,8 +263,13 @@ class AsyncLock(_LockState):
         command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
 
         async def release() -> None:
-            with contextlib.suppress(Exception):
-                await self._client.execute(command, _bridge())
+            for pause in _abandon_pauses():
+                await asyncio.sleep(pause)
+                try:
+                    if await self._client.execute(command, _bridge()):
+                        return
+                except Exception:  # the server is still away: try again later
+                    continue
 
         try:
             task = asyncio.get_running_loop().create_task(release())

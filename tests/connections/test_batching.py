@@ -209,7 +209,7 @@ def test_sync_connections_option_is_validated(fresh_redis_server: RedisServer) -
     from django.core.exceptions import ImproperlyConfigured
 
     with pytest.raises(ImproperlyConfigured, match="SYNC_CONNECTIONS"):
-        build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "pooled"}})
+        build_cache(fresh_redis_server.url, {"OPTIONS": {"SYNC_CONNECTIONS": "pooled"}}).get("k")
 
 
 def test_a_loop_stopped_before_its_flush_leaves_nothing_stuck(

@@ -112,4 +112,4 @@ def test_a_failed_call_marks_its_span(
 def test_the_tracing_options_are_validated(redis_server: RedisServer) -> None:
     for name in ("TRACING", "TRACING_KEYS"):
         with pytest.raises(ImproperlyConfigured, match=name):
-            build_cache(redis_server.url, {"OPTIONS": {name: "yes"}})
+            build_cache(redis_server.url, {"OPTIONS": {name: "yes"}}).get("k")

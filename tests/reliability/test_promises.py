@@ -13,7 +13,10 @@
   that stops reading a large write);
 - a decompression bomb is refused without inflating it all;
 - fail-open get_many misses only the key that cannot be decoded;
-- ``manage.py check`` reports a bad option with its id instead of a traceback.
+- ``manage.py check`` reports a bad option with its id instead of a traceback;
+- and their siblings: fail-open hash, set and sorted-set reads miss only the undecodable
+  member; get_or_set replaces an undecodable value under fail-open and never calls its
+  function twice; a lock whose acquire lost its reply is released, not held for ever.
 
 Servers are real redis-server processes on loopback, except for the misbehaving server of
 the timeout tests (support/netfakes.py). Key functions, compressors and serializers are this
@@ -472,7 +475,9 @@ def test_a_write_the_server_does_not_read_times_out(mode: str) -> None:
 # -- 6. decompression bombs --------------------------------------------------------------------
 
 BOMB_SIZE = 600 * 2**20
-MAX_GROWTH_KIB = 700 * 1024
+# HEAD before the fix grew ~1 GiB for zlib/xz (inflated to the 512 MiB cap, then joined) and
+# for size-less lz4/zstd frames (a buffer grown to the cap, then copied).
+MAX_GROWTH_KIB = 160 * 1024
 
 # Run in a process of its own, so that its peak memory is the get's: a cache on argv[1] reads
 # the planted key "bomb" after a warm-up get; prints the outcome and how much the peak resident
@@ -513,7 +518,23 @@ print(json.dumps({"outcome": outcome, "growth_kib": after - before}))
 
 def bomb(kind: str) -> bytes:
     """BOMB_SIZE zero bytes compressed, streamed (never holding them all)."""
-    compressor: Any = zlib.compressobj(1) if kind == "zlib" else lzma.LZMACompressor(preset=0)
+    compressor: Any
+    if kind == "zlib":
+        compressor = zlib.compressobj(1)
+    elif kind == "xz":
+        compressor = lzma.LZMACompressor(preset=0)
+    elif kind == "zstd":  # a streamed frame: no content size in its header
+        import zstandard
+
+        compressor = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    else:  # lz4, streamed: no content size either
+        import lz4.frame
+
+        lz4_frames = lz4.frame.LZ4FrameCompressor(block_size=lz4.frame.BLOCKSIZE_MAX4MB)
+        head = lz4_frames.begin()
+        chunk = bytes(8 * 2**20)
+        body = [lz4_frames.compress(chunk) for _ in range(BOMB_SIZE // len(chunk))]
+        return head + b"".join(body) + lz4_frames.flush()
     chunk = bytes(8 * 2**20)
     parts = [compressor.compress(chunk) for _ in range(BOMB_SIZE // len(chunk))]
     parts.append(compressor.flush())
@@ -521,7 +542,7 @@ def bomb(kind: str) -> bytes:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["zlib", "xz"])
+@pytest.mark.parametrize("kind", ["zlib", "xz", "zstd", "lz4"])
 def test_a_decompression_bomb_is_refused_without_inflating_it(
     make_cache: MakeCache, redis_server: RedisServer, kind: str
 ) -> None:
@@ -606,3 +627,118 @@ def test_manage_py_check_reports_a_bad_option_instead_of_crashing(
     assert "Traceback" not in output, output
     assert done.returncode == 1, output
     assert check_id in output, output
+
+
+# -- siblings ------------------------------------------------------------------------------------
+
+
+def test_fail_open_structure_reads_miss_only_the_undecodable_member(
+    make_cache: MakeCache, mode: str
+) -> None:
+    fail_open, strict = make_cache(IGNORE_EXCEPTIONS=True), make_cache()
+    ops = Ops(fail_open, mode)
+    ops.hset("h", "a", "A")
+    ops.hset("h", "c", "C")
+    fail_open.client.execute("HSET", fail_open.make_key("h"), "b", GARBAGE)
+    ops.sadd("s", "A", "C")
+    fail_open.client.execute("SADD", fail_open.make_key("s"), GARBAGE)
+    ops.zadd("z", {"A": 1, "C": 3})
+    fail_open.client.execute("ZADD", fail_open.make_key("z"), 2, GARBAGE)
+    before = fail_open.stats()["fail_open_misses"]
+    assert ops.hgetall("h") == {"a": "A", "c": "C"}
+    assert ops.hmget("h", "a", "b") == ["A", None]
+    assert ops.smembers("s") == {"A", "C"}
+    assert ops.zrange("z", 0, -1) == ["A", "C"]
+    assert ops.zrange("z", 0, -1, withscores=True) == [("A", 1.0), ("C", 3.0)]
+    assert fail_open.stats()["fail_open_misses"] >= before + 5
+    for call in (
+        lambda: Ops(strict, mode).hgetall("h"),
+        lambda: Ops(strict, mode).smembers("s"),
+        lambda: Ops(strict, mode).zrange("z", 0, -1),
+    ):
+        with pytest.raises(SerializationError):
+            call()
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["plain", "stampede-protected"])
+def test_fail_open_get_or_set_replaces_an_undecodable_value(
+    make_cache: MakeCache, mode: str, guarded: bool
+) -> None:
+    cache = make_cache(IGNORE_EXCEPTIONS=True, STAMPEDE_PROTECTION=guarded)
+    cache.client.execute("SET", cache.make_key("g"), GARBAGE)
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return 5
+
+    ops = Ops(cache, mode)
+    assert ops.get_or_set("g", compute) == 5
+    assert ops.get_or_set("g", compute) == 5  # stored this time: not computed again
+    assert calls == [1]
+    assert cache.get("g") == 5
+    strict = make_cache(STAMPEDE_PROTECTION=guarded)
+    strict.client.execute("SET", strict.make_key("g"), GARBAGE)
+    with pytest.raises(SerializationError):
+        Ops(strict, mode).get_or_set("g", compute)
+
+
+def test_fail_open_get_or_set_calls_its_function_once_when_storing_fails(
+    fresh_redis_server: RedisServer, mode: str
+) -> None:
+    """The store after the computation times out (the server froze meanwhile): fail-open
+    returns the computed value, without calling the function a second time."""
+    params = {"OPTIONS": {"IGNORE_EXCEPTIONS": True, "SOCKET_TIMEOUT": 0.3}}
+    cache = build_cache(fresh_redis_server.url, params)
+    calls: list[int] = []
+
+    def compute() -> str:
+        calls.append(1)
+        fresh_redis_server.pause()
+        return "fresh"
+
+    try:
+        assert Ops(cache, mode).get_or_set("k", compute) == "fresh"
+    finally:
+        fresh_redis_server.resume()
+    assert calls == [1]
+
+
+def test_a_lock_whose_acquire_lost_its_reply_is_released(
+    fresh_redis_server: RedisServer, mode: str
+) -> None:
+    """A lock without a timeout, acquired while the server is frozen: the SET NX waits in the
+    socket and is applied when the server resumes, long after the caller got CacheTimeout.
+    Nobody knows that token, so the lock would be held for ever; it is released instead."""
+    cache = build_cache(fresh_redis_server.url, {"OPTIONS": {"SOCKET_TIMEOUT": 0.3}})
+    name = cache.make_key("job")
+    polls = 400  # up to ~20 s on a loaded host; usually the first poll
+    if mode == "sync":
+        fresh_redis_server.pause()
+        try:
+            with pytest.raises(CacheTimeout):
+                cache.lock("job").acquire()
+        finally:
+            fresh_redis_server.resume()
+        for _ in range(polls):
+            if not cache.client.execute("EXISTS", name):
+                break
+            threading.Event().wait(0.05)
+    else:
+
+        async def scenario() -> None:
+            lock = cache.alock("job")
+            fresh_redis_server.pause()
+            try:
+                with pytest.raises(CacheTimeout):
+                    await lock.acquire()
+            finally:
+                fresh_redis_server.resume()
+            # The release runs as a task of this loop: give it its time before the loop ends.
+            for _ in range(polls):
+                if not await cache.client.aexecute("EXISTS", name):
+                    return
+                await asyncio.sleep(0.05)
+
+        asyncio.run(scenario())
+    assert cache.client.execute("EXISTS", name) == 0

@@ -266,12 +266,12 @@ def test_invalid_signing_options_are_rejected(
     redis_server: RedisServer, options: dict[str, Any], named: str
 ) -> None:
     with pytest.raises(ImproperlyConfigured, match=named):
-        build_cache(redis_server.url, {"OPTIONS": options})
+        build_cache(redis_server.url, {"OPTIONS": options}).get("k")
 
 
 def test_signing_needs_a_secret_key(redis_server: RedisServer) -> None:
     with override_settings(SECRET_KEY=""), pytest.raises(ImproperlyConfigured, match="SECRET_KEY"):
-        build_cache(redis_server.url, {"OPTIONS": SIGNED})
+        build_cache(redis_server.url, {"OPTIONS": SIGNED}).get("k")
 
 
 # -- secrets never leak ----------------------------------------------------------------------------

@@ -138,4 +138,4 @@ def test_bad_topology_settings_fail_at_startup(
     location: str, options: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        build_cache(location, {"OPTIONS": options})
+        build_cache(location, {"OPTIONS": options}).get("k")

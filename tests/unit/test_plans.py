@@ -159,16 +159,24 @@ def test_incr_raises_other_error_replies(cache: RedisCache) -> None:
         drive(cache._incr("k", 1, None), answer)
 
 
-def test_incr_version_copies_across_slots_on_crossslot(cache: RedisCache) -> None:
+def test_incr_version_copies_across_slots_and_deletes_only_what_it_copied(
+    cache: RedisCache,
+) -> None:
     sent: list[Any] = []
+    reads = [[b"v", 5000], [b"w", 4000]]  # the old version is written once meanwhile
 
     def answer(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         sent.append(args[0])
         if len(sent) == 1:
             return response_error("CROSSSLOT", "CROSSSLOT Keys in request don't hash")
-        if len(sent) == 2:
-            return [b"v", 5000]  # GET, PTTL
-        return [True, 1]
+        if isinstance(args[0][0], tuple):  # the pipeline: GET, PTTL
+            return reads.pop(0)
+        if args[0][0] == "SET":
+            return True
+        return 0 if reads else 1  # the compare-and-delete: refused while a read remains
 
     assert drive(cache._incr_version("k", 1, None), answer) == 2
-    assert list(sent[2]) == [("SET", "p:2:k", b"v", "PX", 5000), ("DEL", "p:1:k")]
+    assert sent[2] == ("SET", "p:2:k", b"v", "PX", 5000)
+    assert sent[3][0] == "EVAL" and sent[3][3:] == ("p:1:k", b"v")
+    assert sent[5] == ("SET", "p:2:k", b"w", "PX", 4000)
+    assert sent[6][3:] == ("p:1:k", b"w") and len(sent) == 7
