@@ -153,7 +153,7 @@ PYTHON312 ?= $(or $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/version
 $(BENCH312_STAMP): $(BUILD_STAMP)
 	$(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/pip install --quiet "django>=5.2" "granian>=2.5" "uvicorn>=0.30" "uvloop>=0.19" "httptools>=0.6" \
-		"django-vcache>=3.2" "django-valkey>=0.2" "valkey[libvalkey]>=6" "django-redis>=5.4" "redis>=5" "hiredis>=3" "matplotlib>=3.8"
+		"gunicorn>=23" "django-vcache>=3.2" "django-valkey>=0.2" "valkey[libvalkey]>=6" "django-redis>=5.4" "redis>=5" "hiredis>=3" "matplotlib>=3.8"
 	@# The package and extension built in place by `maturin develop` (abi3: the same .so works on 3.12).
 	$(VENV312)/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'
 	@touch $@

@@ -72,6 +72,7 @@ SAMPLE_EVERY = 0.5  # seconds between connected_clients samples during a cell
 PACKAGES = (
     "django",
     "granian",
+    "gunicorn",
     "uvicorn",
     "uvloop",
     "httptools",
@@ -113,6 +114,13 @@ class ServerMode:
                 "benchsite.asgi:application",
             ]
         threads = self.name.rsplit("-", 1)[1].rstrip("t")
+        if self.name.startswith("gunicorn"):
+            return [
+                *(sys.executable, "-m", "gunicorn", "benchsite.wsgi:application"),
+                *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
+                *("--worker-class", "gthread", "--threads", threads),
+                *("--log-level", "warning", "--backlog", "2048"),
+            ]
         return [
             *granian,
             "--interface",
@@ -129,6 +137,7 @@ SERVERS = {
         ServerMode("granian-asgi", "async", "granian ASGI, 2 workers"),
         ServerMode("uvicorn", "async", "uvicorn, 1 worker (uvloop, httptools)"),
         ServerMode("granian-wsgi-4t", "sync", "granian WSGI, 2 workers x 4 threads"),
+        ServerMode("gunicorn-gthread-4t", "sync", "gunicorn gthread, 2 workers x 4 threads"),
         ServerMode("granian-wsgi-1t", "sync", "granian WSGI, 2 workers x 1 thread"),
     )
 }
@@ -225,6 +234,13 @@ BACKENDS = {
         ),
         _same("django-redis", "django_redis.cache.RedisCache"),
         _same("django", "django.core.cache.backends.redis.RedisCache"),
+        # The floor: the views' cache work in-process, with no network and no Redis.
+        Backend(
+            "locmem",
+            f"{PACKAGE}.backends.LocMemFloor",
+            f"{PACKAGE}.backends.LocMemFloor",
+            requires="django",
+        ),
     )
 }
 # Variants measured only when asked for (--backends ...).
@@ -441,18 +457,17 @@ def run_all(run: Run) -> None:
 # -- environment, output, command line ------------------------------------------------------
 
 
-def check_tools() -> list[str]:
+def check_tools(servers: Sequence[str] = ()) -> list[str]:
     """Return what is missing to run at all (servers, wrk, Django)."""
-    missing = [
-        m
-        for m in ("django", "granian", "uvicorn", "uvloop", "httptools")
-        if not importlib.util.find_spec(m)
-    ]
+    wanted = ["django", "granian", "uvicorn", "uvloop", "httptools"]
+    if any(name.startswith("gunicorn") for name in servers):
+        wanted.append("gunicorn")
+    missing = [m for m in wanted if not importlib.util.find_spec(m)]
     problems = []
     if missing:
         problems.append(
             f"{sys.executable} lacks {', '.join(missing)}: pip install django granian uvicorn "
-            "uvloop httptools (see the docstring and `make bench-fullstack`)"
+            "uvloop httptools gunicorn (see the docstring and `make bench-fullstack`)"
         )
     if not os.access(WRK, os.X_OK):
         problems.append("wrk not found: apt-get install -y wrk")
@@ -593,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     if config.redraw:
         return redraw(config.redraw)
-    if problems := check_tools():
+    if problems := check_tools(config.servers):
         print("\n".join(problems), file=sys.stderr)
         return 2
 

@@ -183,9 +183,51 @@ def report(
             header = ["server", "view", "req/s", "req/s by round", "ceiling", "app CPU"]
             header += ["cache CPU", "redis CPU", "app + redis CPU", "p99"]
             lines += table(header, rows)
+        lines += floor_table(run, med, condition)
     if run.notes:
         lines += ["", "Notes:"] + [f"- {tag}: {note}" for tag, note in run.notes.items()]
     return "\n".join(lines)
+
+
+#: The in-process floor of the views' cache work (fullstack.py's LocMemCache backend).
+FLOOR = "locmem"
+
+
+def cache_cost(figures: Mapping[str, float]) -> float | None:
+    """Cache cost per request: app CPU above the no-cache view's, plus redis-server CPU."""
+    if "cache_cpu_us" not in figures:
+        return None
+    return figures["cache_cpu_us"] + figures.get("redis_cpu_us", 0.0)
+
+
+def floor_table(run: Run, med: dict[str, dict[str, float]], condition: str) -> list[str]:
+    """Each backend's cache cost per request beside LocMemCache's, when the floor was run."""
+    rows = []
+    for server in run.config.servers:
+        for view in run.config.views:
+            floor = med.get(Run.key(condition, server, view, FLOOR))
+            low = None if floor is None else cache_cost(floor)
+            if low is None:
+                continue
+            for backend in run.config.backends:
+                figures = med.get(Run.key(condition, server, view, backend))
+                cost = None if figures is None else cache_cost(figures)
+                if cost is None or backend == FLOOR:
+                    continue
+                ratio = fmt(cost / low, 2) if low > 0 else "-"
+                rows.append([server, view, backend, fmt(cost), fmt(low), fmt(cost - low), ratio])
+    if not rows:
+        return []
+    return [
+        "",
+        f"### cache cost per request beside the in-process floor ({FLOOR})",
+        "",
+        "Cache cost: app CPU per request above the no-cache view's, plus redis-server CPU per "
+        f"request (us). {FLOOR}: Django's LocMemCache, each worker its own (no network, no "
+        "Redis): what the view's cache calls cost at the least.",
+        "",
+        *table(["server", "view", "backend", "cost", FLOOR, "above it", "x floor"], rows),
+    ]
 
 
 def chart(run: Run, med: dict[str, dict[str, float]], path: Path) -> str:
