@@ -299,7 +299,7 @@ class RedisCache(
         try:
             return self._decode_many(keys, self._client.mget(self._keys(keys, version)))
         except self._FAIL_OPEN_ERRORS as exc:
-            return self._failed(exc, {})  # type: ignore[no-any-return]
+            return self._failed_many(exc, keys)
 
     async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
         keys = list(keys)
@@ -309,7 +309,14 @@ class RedisCache(
             values = await self._client.mget(self._keys(keys, version), _bridge())
             return self._decode_many(keys, values)
         except self._FAIL_OPEN_ERRORS as exc:
-            return self._failed(exc, {})  # type: ignore[no-any-return]
+            return self._failed_many(exc, keys)
+
+    def _failed_many(self, exc: BaseException, keys: list[Any]) -> dict[Any, Any]:
+        """get_many's fail-open: re-raise unless it covers `exc`; else what did answer (a
+        cluster's healthy nodes, when one node failed), or nothing."""
+        self._failed(exc, None)
+        partial = getattr(exc, "partial_values", None)
+        return {} if partial is None else self._decode_many(keys, partial)
 
     # -- plans ---------------------------------------------------------------------------------
 

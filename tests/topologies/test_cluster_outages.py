@@ -108,3 +108,29 @@ def test_cluster_sync_fanout_over_two_stalled_primaries_costs_one_timeout(own: C
         for victim in victims:
             victim.resume()
     assert took < 1.5 * timeout, f"set_many took {took:.2f} s for a {timeout} s timeout"
+
+
+# Review finding (issue 24's siblings): under fail-open, one stalled primary turned a whole
+# get_many into {}, so keys on healthy nodes missed too (every multi-slot read went to the
+# database during a failover). Now only the stalled node's keys miss, within one timeout.
+def test_fail_open_get_many_with_a_stalled_primary_returns_the_other_nodes_keys(
+    own: Cluster, mode: str
+) -> None:
+    timeout = 1.003 if mode == "sync" else 1.004
+    cache = cluster_cache(
+        own.urls, SOCKET_TIMEOUT=timeout, SOCKET_CONNECT_TIMEOUT=timeout, IGNORE_EXCEPTIONS=True
+    )
+    names = [f"gm-open-{i}" for i in range(30)]
+    cache.set_many({name: name for name in names})
+    victim_port = owner_port(cache, names[-1])
+    healthy = {name: name for name in names if owner_port(cache, name) != victim_port}
+    assert healthy and len(healthy) < len(names)
+    victim = own.node_for_port(victim_port)
+    before = cache.stats()["fail_open_misses"]
+    victim.pause()
+    try:
+        got = cache.get_many(names) if mode == "sync" else asyncio.run(cache.aget_many(names))
+    finally:
+        victim.resume()
+    assert got == healthy
+    assert cache.stats()["fail_open_misses"] >= before + 1

@@ -179,8 +179,24 @@ class ClusterRouter:
             targets = [ReplicaOf(slot) for slot in by_slot]
         plan = run_parts(self.slots, parts, targets)
         if bridge is None:
-            return _join_mget(len(keys), by_slot, plans.run(plan))
-        return plans.then(plans.arun(plan, bridge), lambda r: _join_mget(len(keys), by_slot, r))
+            try:
+                replies = plans.run(plan)
+            except CacheError as exc:
+                _partial_mget(exc, len(keys), by_slot)
+                raise
+            return _join_mget(len(keys), by_slot, replies)
+        return self._amget_parts(plan, len(keys), by_slot, bridge)
+
+    async def _amget_parts(
+        self, plan: Any, count: int, by_slot: dict[int, list[int]], bridge: Any
+    ) -> list[Any]:
+        """The general get_many path with awaits (see mget)."""
+        try:
+            replies = await plans.arun(plan, bridge)
+        except CacheError as exc:
+            _partial_mget(exc, count, by_slot)
+            raise
+        return _join_mget(count, by_slot, replies)
 
     def _mget_fast(
         self, table: list[Any], count: int, by_slot: dict[int, list[int]], parts: list[Any]
@@ -191,18 +207,26 @@ class ClusterRouter:
         groups = by_node(table, list(by_slot), parts)
         outcomes = send([(node, commands) for node, _, commands in groups.values()])
         values: list[Any] = [None] * count
+        clean = True
+        timed_out: CacheTimeout | None = None
         for (node, slots, _), outcome in zip(groups.values(), outcomes, strict=True):
             if isinstance(outcome, CacheTimeout):
                 self.slots.failed(node)
-                raise outcome  # the time is spent: no second try
+                timed_out = timed_out or outcome
+                continue
             if not isinstance(outcome, list):
-                return None
+                clean = False
+                continue
             for slot, reply in zip(slots, outcome, strict=True):
                 if not isinstance(reply, list):
-                    return None
+                    clean = False
+                    continue
                 for i, value in zip(by_slot[slot], reply, strict=True):
                     values[i] = value
-        return values
+        if timed_out is not None:
+            # The time is spent: no second try. The other nodes' values go with the error.
+            raise with_values(timed_out, values)
+        return values if clean else None
 
     async def _amget_fast(
         self,
@@ -237,11 +261,12 @@ class ClusterRouter:
                 for i, value in zip(by_slot[slot], reply, strict=True):
                     values[i] = value
         if timed_out is not None:
-            raise timed_out  # the time is spent: no second try
+            # The time is spent: no second try. The other nodes' values go with the error.
+            raise with_values(timed_out, values)
         if clean:
             return values
-        replies = await plans.arun(run_parts(self.slots, parts, list(by_slot)), bridge)
-        return _join_mget(count, by_slot, replies)
+        plan = run_parts(self.slots, parts, list(by_slot))
+        return await self._amget_parts(plan, count, by_slot, bridge)
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
@@ -332,6 +357,25 @@ class ClusterRouter:
 
 def _first(replies: list[Any]) -> Any:
     return replies[0]
+
+
+def with_values(error: BaseException, values: list[Any]) -> BaseException:
+    """`error`, carrying the values of the keys whose nodes did answer (None for the others):
+    a fail-open get_many returns those instead of nothing."""
+    error.partial_values = values  # type: ignore[attr-defined]
+    return error
+
+
+def _partial_mget(error: BaseException, count: int, by_slot: dict[int, list[int]]) -> None:
+    """Give `error` from run_parts get_many's values, from the replies of the parts that ran."""
+    replies = getattr(error, "partial_replies", None)
+    if replies is not None:
+        values: list[Any] = [None] * count
+        for positions, reply in zip(by_slot.values(), replies, strict=True):
+            if isinstance(reply, list):
+                for i, value in zip(positions, reply, strict=True):
+                    values[i] = value
+        with_values(error, values)
 
 
 def _join_mget(count: int, by_slot: dict[int, list[int]], replies: list[Any]) -> list[Any]:

@@ -18,7 +18,16 @@ from redoxide.exceptions import CacheError, CacheTimeout, ResponseError
 from redoxide.plans import Plan, pause
 from redoxide.topology.slots import ReplicaOf, SlotMap, Target
 
-__all__ = ["MAX_REDIRECTS", "RETRY_PAUSE", "Split", "by_node", "run_parts", "send", "together"]
+__all__ = [
+    "MAX_REDIRECTS",
+    "RETRY_PAUSE",
+    "Split",
+    "by_node",
+    "run_parts",
+    "send",
+    "together",
+    "with_partial",
+]
 
 #: Redirects followed for one call before giving up (a cluster mid-resharding settles fast).
 MAX_REDIRECTS = 5
@@ -152,6 +161,13 @@ def _settle(
         asking.pop(i, None)
 
 
+def with_partial(error: BaseException, replies: list[Any]) -> BaseException:
+    """`error`, carrying the replies the parts that did run got (None where a part did not),
+    for a caller that can use some of them (a fail-open get_many)."""
+    error.partial_replies = list(replies)  # type: ignore[attr-defined]
+    return error
+
+
 def run_parts(slots: SlotMap, parts: list[Part], targets: list[Target]) -> Plan[list[Any]]:
     """Run single-slot commands wherever they belong; return their replies in order (an
     error reply as a ResponseError instance)."""
@@ -164,6 +180,7 @@ def run_parts(slots: SlotMap, parts: list[Part], targets: list[Target]) -> Plan[
         groups = _group(slots, todo, asking, parts, targets)
         outcomes = yield send, ([(node, cmds) for node, _, cmds in groups.values()],)
         round_ = _Round()
+        timed_out: CacheTimeout | None = None
         for (node, positions, _), outcome in zip(groups.values(), outcomes, strict=True):
             if not isinstance(outcome, BaseException):
                 _settle(slots, node, positions, outcome, (replies, asking, last_error), round_)
@@ -172,10 +189,14 @@ def run_parts(slots: SlotMap, parts: list[Part], targets: list[Target]) -> Plan[
             if any(isinstance(targets[i], ReplicaOf) for i in positions):
                 slots.health.mark_down(node)
             if isinstance(outcome, CacheTimeout):
-                raise outcome
+                timed_out = timed_out or outcome
+                continue
             # The connection broke: whether these parts ran is unknown; they are sent again
             # only if re-learning the table gives them another node.
             round_.lost += [(i, node, outcome) for i in positions]
+        if timed_out is not None:
+            # The time is spent: no second try. The other nodes' replies go with the error.
+            raise with_partial(timed_out, replies)
         if not round_.retry and not round_.lost:
             return replies
         if attempt == MAX_REDIRECTS:
@@ -186,7 +207,7 @@ def run_parts(slots: SlotMap, parts: list[Part], targets: list[Target]) -> Plan[
             yield slots.relearn, ()
         for i, node, error in round_.lost:
             if slots.node_for(targets[i]) is node:
-                raise error
+                raise with_partial(error, replies)
             round_.retry.append(i)
         todo = sorted(round_.retry)
     for i in todo:

@@ -102,6 +102,10 @@ impl Socket {
     }
 }
 
+/// How long a fan-out's read past its deadline may wait: enough to read replies that arrived
+/// while another server was being waited for, too short to wait for new ones.
+const PAST_DEADLINE_GRACE: Duration = Duration::from_millis(1);
+
 /// One thread's connection to the server.
 pub struct Blocking {
     socket: Socket,
@@ -241,8 +245,14 @@ impl Blocking {
         if left >= timeout {
             return self.receive(shape, wait);
         }
-        let shortened = !left.is_zero() && self.socket.set_read_timeout(left).is_ok();
-        if !shortened {
+        // Past the deadline (another server of the fan-out used it up), replies that are here
+        // already are still read: a short grace, not a wait.
+        let (left, deadline) = if left.is_zero() {
+            (PAST_DEADLINE_GRACE, Instant::now() + PAST_DEADLINE_GRACE)
+        } else {
+            (left, deadline)
+        };
+        if self.socket.set_read_timeout(left).is_err() {
             return Err(self.timed_out());
         }
         self.receive_within(shape, wait, deadline, true)
@@ -492,11 +502,27 @@ mod tests {
     }
 
     #[test]
-    fn a_fan_out_deadline_already_past_is_a_timeout() {
-        let (cfg, server, path) = serve(vec![]);
+    fn past_a_fan_outs_deadline_a_reply_already_here_is_read_and_none_is_waited_for() {
+        let path = std::env::temp_dir().join(format!("redoxide-{}-past.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let (written, wait_written) = std::sync::mpsc::channel();
+        let (done, wait_done) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            sock.write_all(b"+OK\r\n").unwrap();
+            written.send(()).unwrap();
+            // Hold the connection open (no more replies) until the client is done.
+            let _ = wait_done.recv();
+        });
+        let cfg = config(Target::Unix(path.clone()), Handshake::new(None, None, 0, false));
         let mut conn = Blocking::connect(&cfg).unwrap();
+        wait_written.recv().unwrap();
+        let here = conn.receive_by(Replies::One, Instant::now(), Wait::Yield).unwrap();
+        assert_eq!(here, Value::Okay);
         let err = conn.receive_by(Replies::One, Instant::now(), Wait::Yield).unwrap_err();
         assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+        done.send(()).unwrap();
         server.join().unwrap();
         let _ = std::fs::remove_file(path);
     }
