@@ -40,16 +40,11 @@ class CountersMixin:
         # ignore_key_check (create): plain INCRBY, which starts a missing key at 0 with no
         # expiry, as django-redis does. It answers ERR (no code of its own) where the script
         # answers NOTINT.
-        if create:
-            command: tuple[Any, ...] = ("INCRBY", made, delta)
-        else:
-            command = ("EVALSHA", _scripts.INCR_SHA, 1, made, delta)
         try:
-            try:
-                value = yield c.execute, (command,)
-            except NoScriptError:
-                # The server has not seen the script yet (or flushed it): send it whole once.
-                value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
+            if create:
+                value = yield c.execute, (("INCRBY", made, delta),)
+            else:
+                value = yield from self._eval(_scripts.INCR, _scripts.INCR_SHA, (made,), (delta,))
         except ResponseError as exc:
             if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
                 raise
@@ -93,7 +88,8 @@ class CountersMixin:
     def _eval(
         self, script: str, sha: str, keys: tuple[Any, ...], args: tuple[Any, ...]
     ) -> Plan[Any]:
-        """Run a script by its SHA1, sending it whole once if the server does not know it."""
+        """Run a script by its SHA1 (the server neither receives nor hashes the body each
+        time), sending it whole once if the server does not know it yet (or flushed it)."""
         c = self._client
         try:
             return (yield c.execute, (("EVALSHA", sha, len(keys), *keys, *args),))

@@ -172,18 +172,13 @@ class ValuesMixin:
         it did not write goes to the serializer as it is (a serializer of the user's may well
         write compressed bytes itself), and only if that fails is it read as compressed by a
         built-in compressor (a value written before COMPRESSOR changed)."""
-        loads = self._serializer.loads
-        tried: list[bytes] = []
         first: Exception | None = None
         for candidate in self._readings(data):
-            if any(candidate is t for t in tried):
-                continue
-            tried.append(candidate)
             try:
-                return loads(candidate)
+                return self._serializer.loads(candidate)
             except Exception as exc:
                 first = first or exc
-        assert first is not None
+        assert first is not None  # _readings yields data itself at least
         raise first
 
     def _readings(self, data: bytes) -> Iterator[bytes]:

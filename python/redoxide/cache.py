@@ -28,9 +28,7 @@ from redoxide._structures import StructuresMixin
 from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
 from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
-from redoxide.exceptions import (
-    ConfigurationError,
-)
+from redoxide.exceptions import ConfigurationError
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config

@@ -21,13 +21,15 @@ from collections.abc import Iterator
 from types import SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._scripts import EXTEND as _EXTEND_SCRIPT
 from redoxide._scripts import RELEASE as _RELEASE_SCRIPT
-from redoxide.exceptions import LockError, LockNotOwnedError, ResponseError
+from redoxide.exceptions import CacheError, LockError, LockNotOwnedError, ResponseError
 
 if TYPE_CHECKING:
     from redoxide._protocols import ClientLike
+    from redoxide.plans import Plan
 
 __all__ = ["AsyncLock", "Lock", "LockError", "LockMixin", "LockNotOwnedError"]
 
@@ -143,6 +145,21 @@ class _LockState:
             )
         return True
 
+    def _release_abandoned(self, token: bytes) -> Plan[None]:
+        """An acquire whose reply was lost (a timeout, a broken connection, an interrupt) may
+        have taken the lock, and nobody knows its token: release it if it holds that token,
+        retried while the server is away (see _abandon_pauses), so that a lock without a
+        timeout is not held for ever by nobody."""
+        command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
+        for pause in _abandon_pauses():
+            if pause:
+                yield plans.pause, (pause,)
+            try:
+                if (yield self._client.execute, (command,)):
+                    return
+            except CacheError:  # the server is still away: try again later
+                continue
+
     def _owned(self, stored: bytes | None) -> bool:
         return stored is not None and stored == self._token
 
@@ -178,21 +195,11 @@ class Lock(_LockState):
         return False
 
     def _abandon(self, token: bytes) -> None:
-        """An acquire whose reply was lost (a timeout, a broken connection, an interrupt) may
-        have taken the lock: release it if it holds our token, in the background, so the
-        caller's error is not delayed and a lock without a timeout is not held for ever."""
-        command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
-
-        def release() -> None:
-            for pause in _abandon_pauses():
-                time.sleep(pause)
-                try:
-                    if self._client.execute(command):
-                        return
-                except Exception:  # the server is still away: try again later
-                    continue
-
-        threading.Thread(target=release, name="redoxide-lock-release", daemon=True).start()
+        """See _release_abandoned; in a daemon thread, so the caller's error is not delayed."""
+        plan = self._release_abandoned(token)
+        threading.Thread(
+            target=plans.run, args=(plan,), name="redoxide-lock-release", daemon=True
+        ).start()
 
     def release(self) -> None:
         """Release the lock; raise LockError if this instance does not hold it anymore."""
@@ -258,21 +265,12 @@ class AsyncLock(_LockState):
         return False
 
     def _abandon(self, token: bytes) -> None:
-        """Lock._abandon for async code (cancellation included): the release runs as a task
-        of its own, which the caller's cancellation does not reach."""
-        command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
-
-        async def release() -> None:
-            for pause in _abandon_pauses():
-                await asyncio.sleep(pause)
-                try:
-                    if await self._client.execute(command, _bridge()):
-                        return
-                except Exception:  # the server is still away: try again later
-                    continue
-
+        """See _release_abandoned; as a task of its own, which the caller's cancellation does
+        not reach."""
         try:
-            task = asyncio.get_running_loop().create_task(release())
+            task = asyncio.get_running_loop().create_task(
+                plans.arun(self._release_abandoned(token), _bridge())
+            )
         except RuntimeError:  # the loop is closing: the lock's own timeout is all that is left
             return
         _RELEASING.add(task)

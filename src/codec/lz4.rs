@@ -125,10 +125,16 @@ fn read_u32(data: &[u8], pos: usize) -> Result<u32> {
 }
 
 /// Decode the blocks of an LZ4 frame into `sink`; return the decompressed length.
-fn lz4_decode<S: Sink + ?Sized>(data: &[u8], header: &Lz4Header, sink: &mut S) -> Result<usize> {
+/// Walk a frame's blocks, each checked against the block size and its checksum, handing each
+/// one's bytes and whether it is stored raw to `each`; then check that nothing trails the
+/// frame. Return the content checksum the frame declares, if any.
+fn walk_blocks(
+    data: &[u8],
+    header: &Lz4Header,
+    mut each: impl FnMut(&[u8], bool) -> Result<()>,
+) -> Result<Option<u32>> {
     let err = |detail: &str| decode_err("LZ4", detail);
     let mut at = header.len;
-    let mut pos = 0usize;
     loop {
         let word = read_u32(data, at)?;
         at += 4;
@@ -147,6 +153,24 @@ fn lz4_decode<S: Sink + ?Sized>(data: &[u8], header: &Lz4Header, sink: &mut S) -
             }
             at += 4;
         }
+        each(block, word & 0x8000_0000 != 0)?;
+    }
+    let checksum = if header.content_checksum {
+        let expected = read_u32(data, at)?;
+        at += 4;
+        Some(expected)
+    } else {
+        None
+    };
+    if at != data.len() {
+        return Err(err("trailing bytes after the frame"));
+    }
+    Ok(checksum)
+}
+
+fn lz4_decode<S: Sink + ?Sized>(data: &[u8], header: &Lz4Header, sink: &mut S) -> Result<usize> {
+    let mut pos = 0usize;
+    let checksum = walk_blocks(data, header, |block, raw| {
         let buf = sink.reserve(pos, header.block_max);
         let (prev, rest) = buf.split_at_mut(pos);
         let room = header.block_max.min(rest.len());
@@ -158,9 +182,9 @@ fn lz4_decode<S: Sink + ?Sized>(data: &[u8], header: &Lz4Header, sink: &mut S) -
                 pos + room
             ))
         };
-        let written = if word & 0x8000_0000 != 0 {
-            dst.get_mut(..size).ok_or_else(overflow)?.copy_from_slice(block);
-            size
+        let written = if raw {
+            dst.get_mut(..block.len()).ok_or_else(overflow)?.copy_from_slice(block);
+            block.len()
         } else {
             let result = if header.linked && pos > 0 {
                 let dict = &prev[pos.saturating_sub(LZ4_WINDOW)..];
@@ -179,17 +203,13 @@ fn lz4_decode<S: Sink + ?Sized>(data: &[u8], header: &Lz4Header, sink: &mut S) -
             }
         };
         pos += written;
-    }
-    if header.content_checksum {
-        let expected = read_u32(data, at)?;
-        at += 4;
+        Ok(())
+    })?;
+    if let Some(expected) = checksum {
         let buf = sink.reserve(pos, 0);
         if XxHash32::oneshot(0, &buf[..pos]) != expected {
-            return Err(err("content checksum mismatch"));
+            return Err(decode_err("LZ4", "content checksum mismatch"));
         }
-    }
-    if at != data.len() {
-        return Err(err("trailing bytes after the frame"));
     }
     Ok(pos)
 }
@@ -227,34 +247,15 @@ pub fn lz4_decompress_exact(data: &[u8], header: &Lz4Header, out: &mut [u8]) -> 
 /// refused for the price of the scratch buffer. (The content checksum is checked by the pass
 /// that keeps the output.)
 pub fn lz4_decompressed_size(data: &[u8], header: &Lz4Header, max: usize) -> Result<usize> {
-    let err = |detail: &str| decode_err("LZ4", detail);
     let mut scratch = vec![0u8; LZ4_WINDOW + header.block_max];
     let mut kept = 0usize; // earlier output at the front of scratch (linked blocks only)
     let mut total = 0usize;
-    let mut at = header.len;
-    loop {
-        let word = read_u32(data, at)?;
-        at += 4;
-        if word == 0 {
-            break;
-        }
-        let size = (word & 0x7FFF_FFFF) as usize;
-        if size > header.block_max {
-            return Err(err("block larger than the frame's block size"));
-        }
-        let block = data.get(at..at + size).ok_or_else(|| err("truncated frame"))?;
-        at += size;
-        if header.block_checksums {
-            if read_u32(data, at)? != XxHash32::oneshot(0, block) {
-                return Err(err("block checksum mismatch"));
-            }
-            at += 4;
-        }
+    walk_blocks(data, header, |block, raw| {
         let (prev, rest) = scratch.split_at_mut(kept);
         let dst = &mut rest[..header.block_max];
-        let written = if word & 0x8000_0000 != 0 {
-            dst[..size].copy_from_slice(block);
-            size
+        let written = if raw {
+            dst[..block.len()].copy_from_slice(block);
+            block.len()
         } else if header.linked && kept > 0 {
             lz4_block::decompress_into_with_dict(block, dst, prev)
                 .map_err(|e| decode_err("LZ4", e))?
@@ -271,14 +272,8 @@ pub fn lz4_decompressed_size(data: &[u8], header: &Lz4Header, max: usize) -> Res
             scratch.copy_within(end - keep..end, 0);
             kept = keep;
         }
-    }
-    if header.content_checksum {
-        read_u32(data, at)?;
-        at += 4;
-    }
-    if at != data.len() {
-        return Err(err("trailing bytes after the frame"));
-    }
+        Ok(())
+    })?;
     Ok(total)
 }
 

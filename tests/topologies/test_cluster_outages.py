@@ -110,9 +110,9 @@ def test_cluster_sync_fanout_over_two_stalled_primaries_costs_one_timeout(own: C
     assert took < 1.5 * timeout, f"set_many took {took:.2f} s for a {timeout} s timeout"
 
 
-# Review finding (issue 24's siblings): under fail-open, one stalled primary turned a whole
-# get_many into {}, so keys on healthy nodes missed too (every multi-slot read went to the
-# database during a failover). Now only the stalled node's keys miss, within one timeout.
+# Review finding: under fail-open, one stalled primary turned a whole get_many into {}, so
+# keys on healthy nodes missed too (every multi-slot read went to the database during a
+# failover). Now only the stalled node's keys miss, within one timeout.
 def test_fail_open_get_many_with_a_stalled_primary_returns_the_other_nodes_keys(
     own: Cluster, mode: str
 ) -> None:
