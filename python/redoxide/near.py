@@ -322,7 +322,28 @@ class NearClient:
         xx: bool = False,
         bridge: Any = None,
     ) -> Any:
+        if self._direct:
+            # One server: a kept key is written through the tracking connection, which the
+            # server does not echo it back to, and the written value is kept here.
+            others = _every if len(_every) > 1 else ()
+            for client in others:
+                if client is not self:
+                    client._store.forget_keys((key,))
+            done = self._store.set(key, value, ttl_ms, nx, xx, bridge)
+            if done is not NotImplemented:
+                if not others:
+                    return done
+                if bridge is not None:
+                    return self._then_forget(done, self._forget_others, key)
+                self._forget_others(key)
+                return done
         return self._write("forget_keys", (key,), "set", (key, value, ttl_ms, nx, xx), bridge)
+
+    def _forget_others(self, key: str) -> None:
+        """Drop key from the process' other near caches (this one keeps what it wrote)."""
+        for client in _every:
+            if client is not self:
+                client._store.forget_keys((key,))
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None

@@ -15,6 +15,7 @@ use crate::bridge::Bridge;
 use crate::errors::guard;
 use crate::near::store::{Flush, Got, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
+use crate::near::write;
 use crate::proto::reply;
 use crate::proto::Request;
 use crate::py::client::Client;
@@ -360,6 +361,37 @@ impl NearCache {
         })
     }
 
+    /// SET of a key on one server, through the tracking connection when the key is kept here
+    /// (the written value is then kept without reading it back): whether it was stored, or
+    /// its awaitable with `bridge`; NotImplemented when it is not sent this way (the key is
+    /// not kept, or tracking is not up): the caller writes it the usual way.
+    #[pyo3(signature = (key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let set = write::Set { key, value, ttl_ms, nx, xx };
+            match bridge {
+                None => match py.detach(|| set.call(&self.near)) {
+                    None => Ok(py.NotImplemented()),
+                    Some(reply) => reply::to_py_bool(py, reply?),
+                },
+                Some(bridge) => match set.submit(&self.near, bridge) {
+                    None => Ok(py.NotImplemented()),
+                    Some(pending) => Ok(Py::new(py, pending?)?.into_any()),
+                },
+            }
+        })
+    }
+
     /// Seconds between a fill's reply and its install (0 unless a test widens the race).
     #[getter]
     fn fill_delay(&self) -> f64 {
@@ -490,6 +522,7 @@ impl NearCache {
             ("hits", &s.hits),
             ("misses", &s.misses),
             ("installs", &s.installs),
+            ("own_writes_kept", &s.own_writes_kept),
             ("fills_dropped", &s.fills_dropped),
             ("too_large", &s.too_large),
             ("invalidations", &s.invalidations),

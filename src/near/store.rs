@@ -67,6 +67,9 @@ pub struct Stats {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub installs: AtomicU64,
+    /// Values this process wrote through the tracking connection and kept without reading
+    /// them back (counted in `installs` too).
+    pub own_writes_kept: AtomicU64,
     /// Fills whose token an invalidation or a flush killed before the reply was installed.
     pub fills_dropped: AtomicU64,
     /// Values over MAX_VALUE_BYTES, fetched but not kept.
@@ -115,6 +118,11 @@ struct Inner {
     epoch: u64,
     /// Callers in `wait_for_fill`: only then is ending a fill signalled.
     waiters: usize,
+    /// This process' writes in flight through the tracking connection (which the server
+    /// does not tell us about: NOLOOP): key -> (token, writes, when the first was begun). The token installs the
+    /// written value once the server has answered; it is 0 (installs nothing) once a second
+    /// write of the key, an invalidation or a flush came while one was in flight.
+    writing: HashMap<Box<[u8]>, (u64, u32, u64)>,
 }
 
 /// What a lookup found.
@@ -157,6 +165,7 @@ impl Store {
                 next_token: 1,
                 epoch: 0,
                 waiters: 0,
+                writing: HashMap::new(),
             }),
             filled: Condvar::new(),
             stats: Stats::default(),
@@ -188,10 +197,16 @@ impl Store {
                 self.stats.gate_refusals.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if may_wait && serve && inner.pending.contains_key(key) {
+        let busy = inner.pending.contains_key(key) || inner.writing.contains_key(key);
+        if may_wait && serve && busy {
             return Got::Busy;
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        if inner.writing.contains_key(key) {
+            // Our own write of it is in flight and no echo will tell us when it lands: a read
+            // now may return the value before it, so it must install nothing.
+            return Got::Miss(Token(0));
+        }
         Got::Miss(inner.register(key, now))
     }
 
@@ -201,7 +216,9 @@ impl Store {
         inner.waiters += 1;
         let (mut inner, _) = self
             .filled
-            .wait_timeout_while(inner, limit, |i| i.pending.contains_key(key))
+            .wait_timeout_while(inner, limit, |i| {
+                i.pending.contains_key(key) || i.writing.contains_key(key)
+            })
             .unwrap_or_else(PoisonError::into_inner);
         inner.waiters -= 1;
     }
@@ -237,6 +254,13 @@ impl Store {
             // Gone (-2) or expiring now: between our GET and PTTL someone deleted it.
             _ => return false,
         };
+        // The PTTL was read after the fill was registered: counting from then, the local copy
+        // never outlives the server's.
+        self.keep(&mut inner, key, value, registered.saturating_add(ttl_ns))
+    }
+
+    /// Put a value in (replacing the key's), evicting the least recently used to fit.
+    fn keep(&self, inner: &mut Inner, key: &[u8], value: &[u8], expires_ns: u64) -> bool {
         if value.len() > self.limits.max_value_bytes {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -254,9 +278,7 @@ impl Store {
             inner.remove(tail);
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        // The PTTL was read after the fill was registered: counting from then, the local copy
-        // never outlives the server's.
-        inner.insert(key.into(), value.into(), registered.saturating_add(ttl_ns), size);
+        inner.insert(key.into(), value.into(), expires_ns, size);
         self.stats.installs.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -273,7 +295,7 @@ impl Store {
     /// Drop `key` and kill its fill in flight; return whether anything was there.
     pub fn invalidate(&self, key: &[u8]) -> bool {
         let mut inner = self.lock();
-        let pending = inner.pending.remove(key).is_some();
+        let pending = inner.pending.remove(key).is_some() | inner.poison_write(key);
         self.wake(&inner);
         match inner.map.get(key) {
             Some(&idx) => {
@@ -290,6 +312,7 @@ impl Store {
         for key in keys {
             self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
             inner.pending.remove(key);
+            inner.poison_write(key);
             if let Some(&idx) = inner.map.get(key) {
                 inner.remove(idx);
             }
@@ -307,9 +330,73 @@ impl Store {
         inner.tail = NIL;
         inner.bytes = 0;
         inner.pending.clear();
+        for write in inner.writing.values_mut() {
+            write.0 = 0;
+        }
         inner.epoch = inner.epoch.wrapping_add(1);
         self.stats.flushes[why.index()].fetch_add(1, Ordering::Relaxed);
         self.wake(&inner);
+    }
+
+    /// Before this process writes `key` through the tracking connection: drop it and kill
+    /// its fills (as `invalidate`), and claim the install of the written value. A second
+    /// write of the key while one is in flight claims nothing and spoils the first's claim:
+    /// which of the two the server applies last is not known here.
+    pub fn begin_write(&self, key: &[u8]) -> Token {
+        let mut inner = self.lock();
+        inner.pending.remove(key);
+        if let Some(&idx) = inner.map.get(key) {
+            inner.remove(idx);
+        }
+        self.wake(&inner);
+        if let Some(write) = inner.writing.get_mut(key) {
+            write.0 = 0;
+            write.1 += 1;
+            return Token(0);
+        }
+        let token = inner.next_token;
+        inner.next_token += 1;
+        inner.writing.insert(key.into(), (token, 1, now_ns()));
+        Token(token)
+    }
+
+    /// The server answered (or failed) a write begun with `begin_write`: install `written`
+    /// (its bytes and its expiry in ms, None for none) if the claim survived; whether it was
+    /// installed. Readers waiting for the key look again.
+    pub fn end_write(
+        &self,
+        key: &[u8],
+        token: Token,
+        written: Option<(&[u8], Option<u64>)>,
+    ) -> bool {
+        let mut inner = self.lock();
+        let (claim, begun) = match inner.writing.get_mut(key) {
+            Some(write) => {
+                write.1 -= 1;
+                let claim = (write.0, write.2);
+                if write.1 == 0 {
+                    inner.writing.remove(key);
+                }
+                claim
+            }
+            None => (0, 0),
+        };
+        self.wake(&inner);
+        let Some((value, ttl_ms)) = written else { return false };
+        if claim == 0 || claim != token.0 {
+            self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let ttl_ns = match ttl_ms {
+            None => self.limits.max_ttl_ns,
+            Some(ms) => self.limits.max_ttl_ns.min(ms.saturating_mul(1_000_000)),
+        };
+        // Counted from before the write was sent: never outlives the server's copy.
+        let kept = self.keep(&mut inner, key, value, begun.saturating_add(ttl_ns));
+        if kept {
+            self.stats.own_writes_kept.fetch_add(1, Ordering::Relaxed);
+        }
+        kept
     }
 
     /// Let callers waiting for a fill look again (they run once the lock is released).
@@ -327,6 +414,11 @@ impl Store {
 }
 
 impl Inner {
+    /// Spoil the install claim of a write of `key` in flight; whether there was one.
+    fn poison_write(&mut self, key: &[u8]) -> bool {
+        self.writing.get_mut(key).map(|write| write.0 = 0).is_some()
+    }
+
     fn register(&mut self, key: &[u8], now: u64) -> Token {
         if self.pending.len() >= MAX_PENDING {
             // Abandoned fills (cancelled awaits): forgetting them all only costs a few installs.
@@ -493,6 +585,59 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(s.lookup(b"k", true, true, |v| out = v.to_vec()), Got::Hit);
         assert_eq!(out, b"v");
+    }
+
+    #[test]
+    fn an_own_write_installs_its_value_once_answered() {
+        let s = store(10_000);
+        let Err(fill) = get(&s, b"k") else { panic!() };
+        let write = s.begin_write(b"k");
+        // The fill that read before the write installs nothing; a read meanwhile gets a
+        // token that never installs, and a caller that may wait is told to.
+        assert!(!s.install(b"k", fill, b"old", -1));
+        let Err(during) = get(&s, b"k") else { panic!() };
+        assert_eq!(during, Token(0));
+        assert_eq!(s.lookup(b"k", true, true, |_| {}), Got::Busy);
+        assert!(!s.install(b"k", during, b"old", -1));
+        assert!(s.end_write(b"k", write, Some((b"new", Some(5_000)))));
+        assert_eq!(get(&s, b"k"), Ok(b"new".to_vec()));
+    }
+
+    #[test]
+    fn an_invalidation_or_flush_during_an_own_write_spoils_its_install() {
+        let s = store(10_000);
+        let write = s.begin_write(b"k");
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        assert!(!s.end_write(b"k", write, Some((b"new", None))));
+        assert!(get(&s, b"k").is_err());
+        let write = s.begin_write(b"k");
+        s.flush(Flush::Server);
+        assert!(!s.end_write(b"k", write, Some((b"new", None))));
+        assert!(get(&s, b"k").is_err());
+    }
+
+    #[test]
+    fn overlapping_own_writes_install_nothing() {
+        // Which one the server applies last is not known: neither may install.
+        let s = store(10_000);
+        let first = s.begin_write(b"k");
+        let second = s.begin_write(b"k");
+        assert!(!s.end_write(b"k", second, Some((b"2", None))));
+        assert!(!s.end_write(b"k", first, Some((b"1", None))));
+        assert!(get(&s, b"k").is_err());
+        // Once both are answered the key fills and writes normally again.
+        let third = s.begin_write(b"k");
+        assert!(s.end_write(b"k", third, Some((b"3", None))));
+        assert_eq!(get(&s, b"k"), Ok(b"3".to_vec()));
+    }
+
+    #[test]
+    fn a_failed_own_write_leaves_the_key_to_be_read() {
+        let s = store(10_000);
+        let write = s.begin_write(b"k");
+        assert!(!s.end_write(b"k", write, None));
+        let Err(token) = get(&s, b"k") else { panic!() };
+        assert!(s.install(b"k", token, b"v", -1));
     }
 
     #[test]

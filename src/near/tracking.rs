@@ -80,6 +80,18 @@ pub struct Near {
     refusal: Mutex<String>,
     started: AtomicBool,
     trackers: Mutex<Trackers>,
+    /// On one server: its live tracking connection, which this process' writes of tracked
+    /// keys go through (tracking with NOLOOP, the server tells us nothing of them: the
+    /// written value is installed here instead), with the set it belongs to.
+    writer: Mutex<Option<Writer>>,
+}
+
+/// A tracking connection that carries writes.
+#[derive(Clone)]
+pub struct Writer {
+    set_id: u64,
+    pub conn: redis::aio::MultiplexedConnection,
+    pub source: Arc<Source>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -104,6 +116,44 @@ impl Near {
                 answered: Arc::new(Vec::new()),
                 tasks: Vec::new(),
             }),
+            writer: Mutex::new(None),
+        }
+    }
+
+    /// The tracking connection to write tracked keys through: on one server, connected and
+    /// answering (the gate open); None otherwise (the write goes the usual way, and its
+    /// echo drops the key here).
+    pub fn writer(&self) -> Option<Writer> {
+        if !self.serving() {
+            return None;
+        }
+        locked(&self.writer).clone()
+    }
+
+    /// After a write through the tracking connection went unanswered: where it lands among
+    /// later writes is unknown, so that connection is dropped and tracking starts afresh (a
+    /// write still in it that lands later reaches the new connection as an invalidation).
+    pub fn restart(self: &Arc<Self>) {
+        let mut trackers = locked(&self.trackers);
+        let sources = trackers.sources.clone();
+        // (Fails only without a runtime, which the write that got here had.)
+        let _ = self.reset(&mut trackers, sources);
+    }
+
+    fn set_writer(&self, set_id: u64, writer: Option<Writer>) {
+        let trackers = locked(&self.trackers);
+        if trackers.set_id != set_id {
+            return;
+        }
+        let mut slot = locked(&self.writer);
+        match writer {
+            Some(w) if trackers.sources.len() == 1 => *slot = Some(w),
+            Some(_) => {}
+            None => {
+                if slot.as_ref().is_some_and(|w| w.set_id == set_id) {
+                    *slot = None;
+                }
+            }
         }
     }
 
@@ -170,16 +220,21 @@ impl Near {
     /// Track these servers from now on (a failover, a new slot map): flush, and restart.
     pub fn track(self: &Arc<Self>, sources: Vec<Source>) -> Result<()> {
         let mut trackers = locked(&self.trackers);
+        self.reset(&mut trackers, sources.into_iter().map(Arc::new).collect())
+    }
+
+    fn reset(self: &Arc<Self>, trackers: &mut Trackers, sources: Vec<Arc<Source>>) -> Result<()> {
         for task in trackers.tasks.drain(..) {
             task.abort();
         }
-        trackers.sources = sources.into_iter().map(Arc::new).collect();
+        *locked(&self.writer) = None;
+        trackers.sources = sources;
         trackers.set_id += 1;
         trackers.answered = Arc::new(trackers.sources.iter().map(|_| AtomicU64::new(0)).collect());
         self.gate_until.store(0, Ordering::Release);
         self.store.flush(Flush::Topology);
         if self.started.load(Ordering::Acquire) {
-            self.spawn(&mut trackers)?;
+            self.spawn(trackers)?;
         }
         Ok(())
     }
@@ -288,7 +343,9 @@ async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
     let mut backoff = Duration::from_millis(50);
     let mut refusals = 0;
     loop {
-        let connected = match session(&near, &client, &source, idx, set_id).await {
+        let outcome = session(&near, &client, &source, idx, set_id).await;
+        near.set_writer(set_id, None);
+        let connected = match outcome {
             Ok(()) => true,
             // A refusal may be passing (a full server answers ERR too): believe it when the
             // server says it again on the next tries.
@@ -337,6 +394,8 @@ async fn session(
         for prefix in &near.prefixes {
             cmd.arg("PREFIX").arg(&prefix[..]);
         }
+        // Writes sent on this connection (see `Near::writer`) are not echoed back to it.
+        cmd.arg("NOLOOP");
         cmd.query_async::<Value>(&mut conn).await?;
         if source.check_db {
             mark(&mut conn, &marker).await?;
@@ -357,6 +416,11 @@ async fn session(
     // Tracking is on: whatever was kept (or is being filled) from before may have missed an
     // invalidation.
     near.store.flush(Flush::Connect);
+    let source = Arc::new(source.clone());
+    near.set_writer(
+        set_id,
+        Some(Writer { set_id, conn: conn.clone(), source: Arc::clone(&source) }),
+    );
     let every = Duration::from_nanos((near.max_stale_ns / 4).max(1_000_000));
     // A PING not answered within the response timeout (or the gate's own bound, if longer)
     // means the connection is stuck: drop it, as the gate already has.

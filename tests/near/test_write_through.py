@@ -1,0 +1,149 @@
+"""A process' own writes of kept keys go through its tracking connection (NOLOOP): the server
+does not echo them back, so the written value is kept at once and the writing process reads
+nothing back; every other process still sees the write within MAX_STALE_MS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redoxide.exceptions import CacheTimeout
+from support.dispatch import Ops
+from support.near import MAX_STALE_MS, after_stale_bound, serving, wait_for, warm
+from support.servers import RedisServer
+
+
+def test_an_own_set_is_kept_without_reading_it_back(
+    make_near: Callable[..., Any], writer: Any, mode: str
+) -> None:
+    cache = make_near()
+    ops = Ops(cache, mode)
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    before = cache.near_cache_stats()
+    assert ops.set("cfg:a", 2) is None  # Django's set returns None
+    assert ops.set("cfg:a", {"v": 3}) is None
+    for _ in range(3):
+        assert ops.get("cfg:a") == {"v": 3}
+    after = cache.near_cache_stats()
+    assert after["misses"] == before["misses"], "the own write was read back from the server"
+    assert after["own_writes_kept"] == before["own_writes_kept"] + 2
+    assert after["hits"] >= before["hits"] + 3
+    # The server has it too, in the usual format.
+    assert writer.get(cache.make_and_validate_key("cfg:a")) is not None
+    assert writer.pttl(cache.make_and_validate_key("cfg:a")) > 0
+
+
+def test_a_set_that_does_not_apply_keeps_nothing(make_near: Callable[..., Any], mode: str) -> None:
+    cache = make_near()
+    ops = Ops(cache, mode)
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    assert ops.add("cfg:a", 5) is False  # SET NX on a present key
+    assert ops.get("cfg:a") == 1
+    kept = cache.near_cache_stats()["own_writes_kept"]
+    assert ops.add("cfg:new", 6) is True
+    assert ops.get("cfg:new") == 6
+    assert cache.near_cache_stats()["own_writes_kept"] == kept + 1
+
+
+def test_an_untracked_key_is_written_the_usual_way(make_near: Callable[..., Any]) -> None:
+    cache = make_near()
+    serving(cache)
+    cache.set("other:a", 1)
+    assert cache.get("other:a") == 1
+    assert cache.near_cache_stats()["own_writes_kept"] == 0
+
+
+def test_threads_writing_one_key_leave_the_kept_value_equal_to_the_servers(
+    make_near: Callable[..., Any], writer: Any
+) -> None:
+    cache = make_near()
+    cache.set("cfg:hot", -1)
+    assert warm(cache, "cfg:hot") == -1
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            start.wait()
+            for i in range(150):
+                cache.set("cfg:hot", t * 1000 + i)
+                cache.get("cfg:hot")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    on_server = int(writer.get(cache.make_and_validate_key("cfg:hot")))
+    # Overlapping own writes keep nothing (which the server applied last is unknown here),
+    # so what this process serves now is the server's value, whichever thread wrote last.
+    assert cache.get("cfg:hot") == on_server
+    assert cache.get("cfg:hot") == on_server
+
+
+def test_another_process_sees_an_own_write_within_the_bound(
+    make_near: Callable[..., Any], near_server: RedisServer
+) -> None:
+    prefix = "wt-other"
+    reader = make_near(KEY_PREFIX=prefix)
+    reader.set("cfg:a", 1)
+    assert warm(reader, "cfg:a") == 1
+    script = textwrap.dedent(
+        f"""
+        import time
+        import django
+        from django.conf import settings
+        settings.configure(CACHES={{"default": {{
+            "BACKEND": "redoxide.RedisCache", "LOCATION": {near_server.url!r},
+            "KEY_PREFIX": {prefix!r},
+            "OPTIONS": {{"NEAR_CACHE": {{"PREFIXES": ["cfg:"], "MAX_STALE_MS": {MAX_STALE_MS}}}}},
+        }}}})
+        django.setup()
+        from django.core.cache import cache
+        deadline = time.monotonic() + 10
+        while not (cache.get("cfg:a") == 1 and cache.near_cache_stats()["serving"]):
+            assert time.monotonic() < deadline, "the writer's near cache never served"
+            time.sleep(0.005)
+        cache.set("cfg:a", 2)
+        assert cache.near_cache_stats()["own_writes_kept"] == 1
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    after_stale_bound()
+    assert reader.get("cfg:a") == 2
+    assert reader.near_cache_stats()["invalidations"] >= 1
+
+
+def test_a_stalled_write_times_out_and_tracking_starts_afresh(
+    make_near: Callable[..., Any], writer: Any
+) -> None:
+    cache = make_near(SOCKET_TIMEOUT=0.3)
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    writer.execute_command("CLIENT", "PAUSE", "2000", "WRITE")
+    try:
+        with pytest.raises(CacheTimeout):
+            cache.set("cfg:a", 2)
+    finally:
+        writer.execute_command("CLIENT", "UNPAUSE")
+    # Whether the paused SET landed or not, what is served now is the server's value.
+    wait_for("the near cache to serve again", lambda: bool(cache.near_cache_stats()["serving"]))
+    on_server = int(writer.get(cache.make_and_validate_key("cfg:a")))
+    assert cache.get("cfg:a") == on_server
+    cache.set("cfg:a", 3)
+    assert cache.get("cfg:a") == 3
