@@ -55,9 +55,11 @@ from fullstack_tools import (
     WRK_THREADS,
     Monitor,
     cpu_seconds,
+    cpu_split,
     http_get,
     process_tree,
     rss_bytes,
+    switches,
     wrk,
 )
 
@@ -336,6 +338,7 @@ def measure(
 
     clients0, received0 = monitor.clients()
     app0, redis0, work0 = cpu_seconds(pids), monitor.cpu(), monitor.work()
+    split0, switches0 = cpu_split(pids), switches(pids)
     proxy0 = cpu_seconds(proxy)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -345,6 +348,7 @@ def measure(
         done.set()
         sampler.join()
     app1, redis1, work1 = cpu_seconds(pids), monitor.cpu(), monitor.work()  # the same processes
+    split1, switches1 = cpu_split(pids), switches(pids)
     proxy1 = cpu_seconds(proxy)
     clients1, received1 = monitor.clients()
     n = max(result["requests"], 1.0)
@@ -352,6 +356,11 @@ def measure(
     result.update(
         app_cpu_us=(app1 - app0) / n * 1e6,
         redis_cpu_us=(redis1 - redis0) / n * 1e6,
+        app_user_us=(split1[0] - split0[0]) / n * 1e6,
+        app_sys_us=(split1[1] - split0[1]) / n * 1e6,
+        # The app's threads' sleeps (socket, futex, GIL) and preemptions per request.
+        app_sleeps=(switches1[0] - switches0[0]) / n,
+        app_preempted=(switches1[1] - switches0[1]) / n,
         # The delay proxy's own CPU: a cost of the simulation that a real network does not
         # put on the app's host (0 at loopback).
         proxy_cpu_us=(proxy1 - proxy0) / n * 1e6,
@@ -398,7 +407,10 @@ def run_group(
             run.cells.setdefault(Run.key(condition, mode.name, view, backend.name), []).append(cell)
             print(
                 f"  {tag:<42} {view:<5} {cell['rps']:8.0f} req/s  p99 {cell['p99_ms']:6.1f} ms"
-                f"  app {cell['app_cpu_us']:5.0f} us  redis {cell['redis_cpu_us']:4.0f} us"
+                f"  app {cell['app_cpu_us']:5.0f} us"
+                f" (user {cell['app_user_us']:.0f} / sys {cell['app_sys_us']:.0f} us,"
+                f" {cell['app_sleeps']:.1f} sleeps, {cell['app_preempted']:.1f} preempted)"
+                f"  redis {cell['redis_cpu_us']:4.0f} us"
                 + (f"  proxy {cell['proxy_cpu_us']:4.0f} us" if proxy_pid is not None else "")
                 + f" (user {cell['redis_user_us']:.0f} / sys {cell['redis_sys_us']:.0f} us,"
                 f" commands {cell['redis_cmd_us']:.0f} us, {cell['redis_reads']:.1f} reads,"

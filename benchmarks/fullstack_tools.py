@@ -59,6 +59,34 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     return ticks / TICK
 
 
+def cpu_split(pids: Sequence[int]) -> tuple[float, float]:
+    """Return (utime, stime) of the processes (all their threads), in seconds."""
+    user = system = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            user += int(fields[11])
+            system += int(fields[12])
+    return user / TICK, system / TICK
+
+
+def switches(pids: Sequence[int]) -> tuple[int, int]:
+    """Return the (voluntary, involuntary) context switches of the processes' live threads:
+    how often they slept (on a socket, a lock, the GIL) and how often they were preempted."""
+    vol = invol = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in os.scandir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, ValueError), open(f"{task.path}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            vol += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            invol += int(line.split()[1])
+    return vol, invol
+
+
 def rss_bytes(pids: Sequence[int]) -> int:
     total = 0
     for pid in pids:
