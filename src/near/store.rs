@@ -338,6 +338,11 @@ impl Store {
         self.wake(&inner);
     }
 
+    /// Whether a value of `len` bytes could be kept (MAX_VALUE_BYTES).
+    pub fn keeps_size(&self, len: usize) -> bool {
+        len <= self.limits.max_value_bytes
+    }
+
     /// Before this process writes `key` through the tracking connection: drop it and kill
     /// its fills (as `invalidate`), and claim the install of the written value. A second
     /// write of the key while one is in flight claims nothing and spoils the first's claim:

@@ -35,9 +35,10 @@ pub struct Set<'a> {
 }
 
 impl Set<'_> {
-    /// The writer to send it through, if the key is tracked and one is up.
+    /// The writer to send it through, if the key is tracked, the value could be kept (a
+    /// larger one is not worth holding the tracking connection's pings up for) and one is up.
     fn writer(&self, near: &Near) -> Option<Writer> {
-        if !near.tracks(self.key.as_bytes()) {
+        if !near.tracks(self.key.as_bytes()) || !near.store.keeps_size(self.value.len()) {
             return None;
         }
         near.writer()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from redoxide.exceptions import CacheTimeout
 from support.dispatch import Ops
-from support.near import MAX_STALE_MS, after_stale_bound, serving, wait_for, warm
+from support.near import MAX_STALE_MS, after_stale_bound, near_options, serving, wait_for, warm
 from support.servers import RedisServer
 
 
@@ -58,6 +58,18 @@ def test_an_untracked_key_is_written_the_usual_way(make_near: Callable[..., Any]
     serving(cache)
     cache.set("other:a", 1)
     assert cache.get("other:a") == 1
+    assert cache.near_cache_stats()["own_writes_kept"] == 0
+
+
+def test_a_value_too_large_to_keep_is_written_the_usual_way(
+    make_near: Callable[..., Any],
+) -> None:
+    cache = make_near(near=near_options(MAX_VALUE_BYTES=1000))
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    big = "x" * 5000
+    cache.set("cfg:a", big)
+    assert cache.get("cfg:a") == big
     assert cache.near_cache_stats()["own_writes_kept"] == 0
 
 
