@@ -229,7 +229,8 @@ class NearClient:
 
     def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
         keys = keys if type(keys) is list else list(keys)
-        found, all_hits = self._store.lookup_many(keys)
+        # A sync caller on one server waits for the fills other threads have in flight.
+        found, all_hits = self._store.lookup_many(keys, bridge is None and self._direct)
         if found is None:
             return self._inner.mget(keys) if bridge is None else self._inner.mget(keys, bridge)
         if all_hits:

@@ -183,8 +183,18 @@ impl NearCache {
     /// A hit's bytes, a miss's fill token, or None (not kept here, or the near cache is off;
     /// False once, when it has just been turned off, for the caller to warn).
     fn lookup_py(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        self.lookup_waiting(py, key, false)
+    }
+
+    /// `lookup_py`; with `may_wait`, as `find_waiting`.
+    fn lookup_waiting(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        may_wait: bool,
+    ) -> PyResult<Option<Py<PyAny>>> {
         let Some(bytes) = key_bytes(key) else { return Ok(None) };
-        Ok(match self.find(py, bytes)? {
+        Ok(match self.find_waiting(py, bytes, may_wait)? {
             Found::NotKept => None,
             Found::Refused => Some(PyBool::new(py, false).to_owned().into_any().unbind()),
             Found::Hit(value) => Some(value.into_any().unbind()),
@@ -418,16 +428,20 @@ impl NearCache {
 
     /// `lookup` for each key (one call for get_many), and whether every key was a hit; the
     /// list is None when no key is kept here.
+    /// With `may_wait` (a sync caller on one server), keys another thread is filling are
+    /// waited for, as in `get`.
+    #[pyo3(signature = (keys, may_wait=false))]
     fn lookup_many<'py>(
         &self,
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
+        may_wait: bool,
     ) -> PyResult<(Option<Bound<'py, PyList>>, bool)> {
         guard(|| {
             let out = PyList::empty(py);
             let (mut any, mut all_hits) = (false, true);
             for key in keys.try_iter()? {
-                let found = self.lookup_py(py, &key?)?;
+                let found = self.lookup_waiting(py, &key?, may_wait)?;
                 any |= found.is_some();
                 all_hits &= found.as_ref().is_some_and(|f| f.bind(py).is_instance_of::<PyBytes>());
                 out.append(found.unwrap_or_else(|| py.None()))?;
@@ -523,6 +537,7 @@ impl NearCache {
             ("misses", &s.misses),
             ("installs", &s.installs),
             ("own_writes_kept", &s.own_writes_kept),
+            ("fill_waits", &s.fill_waits),
             ("fills_dropped", &s.fills_dropped),
             ("too_large", &s.too_large),
             ("invalidations", &s.invalidations),

@@ -70,6 +70,9 @@ pub struct Stats {
     /// Values this process wrote through the tracking connection and kept without reading
     /// them back (counted in `installs` too).
     pub own_writes_kept: AtomicU64,
+    /// Sync lookups that waited for another thread's fill (or own write) of the key instead
+    /// of reading the server themselves.
+    pub fill_waits: AtomicU64,
     /// Fills whose token an invalidation or a flush killed before the reply was installed.
     pub fills_dropped: AtomicU64,
     /// Values over MAX_VALUE_BYTES, fetched but not kept.
@@ -199,6 +202,7 @@ impl Store {
         }
         let busy = inner.pending.contains_key(key) || inner.writing.contains_key(key);
         if may_wait && serve && busy {
+            self.stats.fill_waits.fetch_add(1, Ordering::Relaxed);
             return Got::Busy;
         }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);

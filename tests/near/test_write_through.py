@@ -159,3 +159,39 @@ def test_a_stalled_write_times_out_and_tracking_starts_afresh(
     assert cache.get("cfg:a") == on_server
     cache.set("cfg:a", 3)
     assert cache.get("cfg:a") == 3
+
+
+def test_a_sync_get_many_waits_for_another_threads_fill(make_near: Callable[..., Any]) -> None:
+    # A fill held in flight (its install delayed): a get_many of the key from another thread
+    # waits for it, as get does, instead of reading the server too.
+    cache = make_near()
+    cache.set("cfg:a", "v")
+    serving(cache)
+    near = cache._client
+    near._fill_delay = 1.0
+    first: list[Any] = []
+    reader = threading.Thread(target=lambda: first.append(cache.get("cfg:a")))
+    before = cache.near_cache_stats()
+    try:
+        reader.start()
+        wait_for("the fill in flight", lambda: cache.near_cache_stats()["fills_in_flight"] >= 1)
+        assert cache.get_many(["cfg:a", "cfg:b"]) == {"cfg:a": "v"}
+    finally:
+        reader.join(10)
+        near._fill_delay = 0.0
+    assert first == ["v"]
+    assert cache.near_cache_stats()["fill_waits"] >= before["fill_waits"] + 1
+
+
+def test_an_async_get_many_never_waits(make_near: Callable[..., Any]) -> None:
+    import asyncio
+
+    cache = make_near()
+    cache.set("cfg:a", "v")
+    serving(cache)
+    store = cache._client._store
+    token = store.lookup(cache.make_and_validate_key("cfg:a"))  # a fill in flight, never ended
+    assert type(token) is int
+    waits = cache.near_cache_stats()["fill_waits"]
+    assert asyncio.run(cache.aget_many(["cfg:a"])) == {"cfg:a": "v"}
+    assert cache.near_cache_stats()["fill_waits"] == waits
