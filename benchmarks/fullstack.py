@@ -213,6 +213,14 @@ BACKENDS = {
             "redoxide.RedisCache",
             env=(("PYTHONPATH", os.environ.get("REDOXIDE_ALT_PYTHONPATH", "")),),
         ),
+        # That other build with the near cache on (as redoxide-near).
+        Backend(
+            "redoxide-alt-near",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}}',
+            env=(("PYTHONPATH", os.environ.get("REDOXIDE_ALT_PYTHONPATH", "")),),
+        ),
         # MessagePack, as django-vcache stores by default: the like-for-like row beside it.
         Backend(
             "redoxide-msgpack",
@@ -254,6 +262,7 @@ OPT_IN = (
     "redoxide-nopoll",
     "redoxide-incrby",
     "redoxide-alt",
+    "redoxide-alt-near",
     "django-vcache-csc",
 )
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
@@ -575,6 +584,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
     args = p.parse_args(argv)
     if "redoxide-alt" in args.backends and not os.environ.get("REDOXIDE_ALT_PYTHONPATH"):
+        # (also matches redoxide-alt-near)
         p.error("redoxide-alt runs the package in REDOXIDE_ALT_PYTHONPATH, which is not set")
     try:
         return Config(
