@@ -49,6 +49,11 @@ def _forget_everywhere(method: str, what: Any) -> bool:
     return found
 
 
+def _forget_in(clients: tuple[NearClient, ...], keys: Any) -> None:
+    for client in clients:
+        client._store.forget_keys(keys)
+
+
 def tracked_prefixes(
     settings: NearCacheConfig, key_prefix: str, version: int, default: bool
 ) -> tuple[str, ...]:
@@ -326,31 +331,39 @@ class NearClient:
         if self._direct:
             # One server: a kept key is written through the tracking connection, which the
             # server does not echo it back to, and the written value is kept here.
-            others = _every if len(_every) > 1 else ()
-            for client in others:
-                if client is not self:
-                    client._store.forget_keys((key,))
-            done = self._store.set(key, value, ttl_ms, nx, xx, bridge)
+            keys = (key,)
+            done = self._through("set", keys, (key, value, ttl_ms, nx, xx), bridge)
             if done is not NotImplemented:
-                if not others:
-                    return done
-                if bridge is not None:
-                    return self._then_forget(done, self._forget_others, key)
-                self._forget_others(key)
                 return done
         return self._write("forget_keys", (key,), "set", (key, value, ttl_ms, nx, xx), bridge)
 
-    def _forget_others(self, key: str) -> None:
-        """Drop key from the process' other near caches (this one keeps what it wrote)."""
-        for client in _every:
-            if client is not self:
-                client._store.forget_keys((key,))
+    def _through(self, name: str, keys: Any, args: tuple[Any, ...], bridge: Any) -> Any:
+        """Send a write of kept keys through the tracking connection (the store's `name`):
+        the process' other near caches drop the keys before it is sent and again once it is
+        answered, this one keeps what it wrote; NotImplemented when it does not go this way
+        (the caller writes the usual way)."""
+        others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
+        for client in others:
+            client._store.forget_keys(keys)
+        done = getattr(self._store, name)(*args, bridge)
+        if done is NotImplemented or not others:
+            return done
+        forget = functools.partial(_forget_in, others)
+        if bridge is not None:
+            return self._then_forget(done, forget, keys)
+        forget(keys)
+        return done
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
     ) -> Any:
         keys = list(keys)
-        return self._write("forget_keys", keys, "set_many", (keys, list(values), ttl_ms), bridge)
+        values = list(values)
+        if self._direct:
+            done = self._through("set_many", keys, (keys, values, ttl_ms), bridge)
+            if done is not NotImplemented:
+                return done
+        return self._write("forget_keys", keys, "set_many", (keys, values, ttl_ms), bridge)
 
 
 _near_clients: Registry[NearClient] = Registry()

@@ -237,6 +237,25 @@ impl NearCache {
         finish_fill(py, &self.near, key, token, reply)
     }
 
+    /// Send a write through the tracking connection: its converted reply (sync) or its
+    /// awaitable; NotImplemented when there is none to send.
+    fn send_write(
+        &self,
+        py: Python<'_>,
+        write: Option<write::Write>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        let Some(write) = write else { return Ok(py.NotImplemented()) };
+        match bridge {
+            None => {
+                let convert = write.convert();
+                let reply = py.detach(|| write.call(&self.near))?;
+                convert(py, reply)
+            }
+            Some(bridge) => Ok(Py::new(py, write.submit(&self.near, bridge)?)?.into_any()),
+        }
+    }
+
     /// Drop the tracked keys among a command's arguments; whether there were any.
     fn forget_command(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
         let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
@@ -388,17 +407,37 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let set = write::Set { key, value, ttl_ms, nx, xx };
-            match bridge {
-                None => match py.detach(|| set.call(&self.near)) {
-                    None => Ok(py.NotImplemented()),
-                    Some(reply) => reply::to_py_bool(py, reply?),
-                },
-                Some(bridge) => match set.submit(&self.near, bridge) {
-                    None => Ok(py.NotImplemented()),
-                    Some(pending) => Ok(Py::new(py, pending?)?.into_any()),
-                },
+            let write = write::Write::set(&self.near, key, value, ttl_ms, nx, xx);
+            self.send_write(py, write, bridge)
+        })
+    }
+
+    /// set_many on one server, through the tracking connection when one of the keys is kept
+    /// here (as `set`); NotImplemented when it is not sent this way.
+    #[pyo3(signature = (keys, values, ttl_ms=None, bridge=None))]
+    fn set_many(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+        ttl_ms: Option<u64>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+            let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
+            let mut items = Vec::with_capacity(keys.len());
+            for (key, value) in keys.iter().zip(&values) {
+                let (Some(k), Ok(v)) = (key_bytes(key), value.cast::<PyBytes>()) else {
+                    return Ok(py.NotImplemented());
+                };
+                items.push((k, v.as_bytes()));
             }
+            if items.is_empty() || keys.len() != values.len() {
+                return Ok(py.NotImplemented());
+            }
+            let write = write::Write::set_many(&self.near, &items, ttl_ms);
+            self.send_write(py, write, bridge)
         })
     }
 

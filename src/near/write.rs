@@ -2,69 +2,139 @@
 //!
 //! That connection tracks with NOLOOP, so the server sends it no invalidation for them: the
 //! writing process does not drop (and then read back) what it has just written. Instead the
-//! written value is installed here when the server's answer arrives, on the I/O runtime, under
-//! the store's write claim (`Store::begin_write`): an invalidation or a flush meanwhile, or a
-//! second own write of the key in flight, spoils it, and a read of the key while the write is
-//! in flight installs nothing. Other processes see the write as before, through their own
-//! tracking connections.
+//! written values are installed here when the server's answer arrives, on the I/O runtime,
+//! under the store's write claims (`Store::begin_write`): an invalidation or a flush
+//! meanwhile, or a second own write of the key in flight, spoils a claim, and a read of the
+//! key while the write is in flight installs nothing. Other processes see the write as
+//! before, through their own tracking connections.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::Py;
-use redis::Value;
+use pyo3::{Py, PyAny, PyResult, Python};
+use redis::{Cmd, Pipeline, Value};
 
 use crate::bridge::{Bridge, Pending, Slot};
 use crate::errors::{Error, Result};
 use crate::near::store::Token;
 use crate::near::tracking::{Near, Writer};
 use crate::proto::command::set_cmd;
-use crate::proto::reply;
 use crate::runtime;
 
 /// Past the response timeout, how long a sync caller waits for the task that enforces it.
 const GRACE: Duration = Duration::from_millis(250);
 
-/// One SET of a tracked key.
-pub struct Set<'a> {
-    pub key: &'a str,
-    pub value: &'a [u8],
-    pub ttl_ms: Option<u64>,
-    pub nx: bool,
-    pub xx: bool,
+/// What is sent: one command, or a pipeline (one reply each).
+enum Sent {
+    One(Cmd),
+    Each(Pipeline),
 }
 
-impl Set<'_> {
-    /// The writer to send it through, if the key is tracked, the value could be kept (a
-    /// larger one is not worth holding the tracking connection's pings up for) and one is up.
-    fn writer(&self, near: &Near) -> Option<Writer> {
-        if !near.tracks(self.key.as_bytes()) || !near.store.keeps_size(self.value.len()) {
+/// A kept key of a write: where its reply is (in a pipeline's), the key, the value it gets
+/// if the write applies.
+type Kept = (usize, Box<[u8]>, Box<[u8]>);
+
+/// How a reply becomes Python's.
+type Convert = fn(Python<'_>, Value) -> PyResult<Py<PyAny>>;
+
+/// A write of kept keys, to go through the tracking connection.
+pub struct Write {
+    sent: Sent,
+    /// The kept keys it writes.
+    kept: Vec<Kept>,
+    ttl_ms: Option<u64>,
+    writer: Writer,
+    convert: Convert,
+}
+
+impl Write {
+    /// SET of one key; None when it does not go this way (not kept, too large to keep, or no
+    /// tracking connection up): the caller writes it the usual way.
+    pub fn set(
+        near: &Near,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+    ) -> Option<Write> {
+        if !near.tracks(key.as_bytes()) || !near.store.keeps_size(value.len()) {
             return None;
         }
-        near.writer()
+        Some(Write {
+            sent: Sent::One(set_cmd(key, value, ttl_ms, nx, xx)),
+            kept: vec![(0, key.as_bytes().into(), value.into())],
+            ttl_ms,
+            writer: near.writer()?,
+            convert: crate::proto::reply::to_py_bool,
+        })
     }
 
-    /// Claim the key and send the SET on the runtime; `done` gets the outcome once the value
-    /// is installed (or not). None: not sent this way (the caller writes the usual way).
+    /// set_many: MSET, or a SET PX each when they expire (as the client sends it); None as
+    /// for `set` (also when none of the keys is kept, or one kept value is too large).
+    pub fn set_many(near: &Near, items: &[(&[u8], &[u8])], ttl_ms: Option<u64>) -> Option<Write> {
+        let mut kept = Vec::new();
+        for (i, (key, value)) in items.iter().enumerate() {
+            if near.tracks(key) {
+                if !near.store.keeps_size(value.len()) {
+                    return None;
+                }
+                kept.push((i, Box::from(*key), Box::from(*value)));
+            }
+        }
+        if kept.is_empty() {
+            return None;
+        }
+        let sent = match ttl_ms {
+            None => {
+                let mut cmd = redis::cmd("MSET");
+                for (key, value) in items {
+                    cmd.arg(*key).arg(*value);
+                }
+                // One reply for all: every kept key's is at 0.
+                kept.iter_mut().for_each(|k| k.0 = 0);
+                Sent::One(cmd)
+            }
+            Some(ms) => {
+                let mut pipe = Pipeline::with_capacity(items.len());
+                for (key, value) in items {
+                    pipe.cmd("SET").arg(*key).arg(*value).arg("PX").arg(ms.max(1));
+                }
+                Sent::Each(pipe)
+            }
+        };
+        Some(Write {
+            sent,
+            kept,
+            ttl_ms,
+            writer: near.writer()?,
+            convert: crate::proto::reply::to_py,
+        })
+    }
+
+    /// Claim the kept keys and send the write on the runtime; `done` gets the outcome once
+    /// the values are installed (or not).
     fn send(
-        &self,
+        self,
         near: &Arc<Near>,
         done: impl FnOnce(Result<Value>) + Send + 'static,
-    ) -> Option<Result<()>> {
-        let Writer { mut conn, source, .. } = self.writer(near)?;
-        let rt = match runtime::get() {
-            Ok(rt) => rt,
-            Err(err) => return Some(Err(err)),
-        };
-        let cmd = set_cmd(self.key, self.value, self.ttl_ms, self.nx, self.xx);
-        let key: Box<[u8]> = self.key.as_bytes().into();
-        let value: Box<[u8]> = self.value.into();
-        let ttl_ms = self.ttl_ms;
-        let token = near.store.begin_write(&key);
+    ) -> Result<()> {
+        let rt = runtime::get()?;
+        let Write { sent, kept, ttl_ms, writer, .. } = self;
+        let Writer { mut conn, source, .. } = writer;
+        let claims: Vec<Token> =
+            kept.iter().map(|(_, key, _)| near.store.begin_write(key)).collect();
         let near = Arc::clone(near);
         rt.spawn(async move {
             let timeout = source.response_timeout;
-            let reply = tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await;
+            let reply = match &sent {
+                Sent::One(cmd) => {
+                    tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await
+                }
+                Sent::Each(pipe) => {
+                    tokio::time::timeout(timeout, pipe.query_async::<Value>(&mut conn)).await
+                }
+            };
             let outcome = match reply {
                 Ok(Ok(value)) => Ok(value),
                 // An error reply comes in order: the write was not applied.
@@ -88,47 +158,47 @@ impl Set<'_> {
                     )))
                 }
             };
-            finish(&near, &key, token, &value, ttl_ms, outcome.as_ref().ok());
+            for ((at, key, value), token) in kept.iter().zip(claims) {
+                let applied = outcome.as_ref().is_ok_and(|reply| applied(reply, *at));
+                near.store.end_write(key, token, applied.then_some((&value[..], ttl_ms)));
+            }
             done(outcome);
         });
-        Some(Ok(()))
+        Ok(())
     }
 
-    /// Send it and wait (the GIL released by the caller); None: not sent this way.
-    pub fn call(&self, near: &Arc<Near>) -> Option<Result<Value>> {
+    /// Send it and wait (the GIL released by the caller).
+    pub fn call(self, near: &Arc<Near>) -> Result<Value> {
+        let timeout = self.writer.source.response_timeout;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let timeout = self.writer(near)?.source.response_timeout;
-        match self.send(near, move |outcome| drop(tx.send(outcome)))? {
-            Ok(()) => {}
-            Err(err) => return Some(Err(err)),
-        }
-        Some(rx.recv_timeout(timeout + GRACE).unwrap_or_else(|_| {
+        self.send(near, move |outcome| drop(tx.send(outcome)))?;
+        rx.recv_timeout(timeout + GRACE).unwrap_or_else(|_| {
             Err(Error::Timeout(format!("Redis did not answer within {timeout:?}")))
-        }))
+        })
     }
 
-    /// Send it from an event loop: the awaitable of its outcome; None: not sent this way.
-    pub fn submit(&self, near: &Arc<Near>, bridge: Py<Bridge>) -> Option<Result<Pending>> {
+    /// The conversion of its reply for Python.
+    pub fn convert(&self) -> Convert {
+        self.convert
+    }
+
+    /// Send it from an event loop: the awaitable of its outcome.
+    pub fn submit(self, near: &Arc<Near>, bridge: Py<Bridge>) -> Result<Pending> {
         let slot = Slot::new();
         let queue = Arc::clone(&bridge.get().queue);
         let completed = Arc::clone(&slot);
-        match self.send(near, move |outcome| completed.complete(outcome, &queue))? {
-            Ok(()) => Some(Ok(Pending::new(slot, bridge, None, reply::to_py_bool))),
-            Err(err) => Some(Err(err)),
-        }
+        let convert = self.convert;
+        self.send(near, move |outcome| completed.complete(outcome, &queue))?;
+        Ok(Pending::new(slot, bridge, None, convert))
     }
 }
 
-/// Install what was written if the server applied it (OK; a NX/XX that did not apply answers
-/// nil); release the claim either way.
-fn finish(
-    near: &Near,
-    key: &[u8],
-    token: Token,
-    value: &[u8],
-    ttl_ms: Option<u64>,
-    reply: Option<&Value>,
-) {
-    let applied = reply.is_some_and(|v| !matches!(v, Value::Nil));
-    near.store.end_write(key, token, applied.then_some((value, ttl_ms)));
+/// Whether the write applied to the key whose reply is at `at`: OK (a SET NX/XX that did not
+/// apply answers nil; a pipeline's replies come as a list).
+fn applied(reply: &Value, at: usize) -> bool {
+    let one = match reply {
+        Value::Array(replies) => replies.get(at),
+        other => Some(other),
+    };
+    one.is_some_and(|v| !matches!(v, Value::Nil | Value::ServerError(_)))
 }

@@ -195,3 +195,21 @@ def test_an_async_get_many_never_waits(make_near: Callable[..., Any]) -> None:
     waits = cache.near_cache_stats()["fill_waits"]
     assert asyncio.run(cache.aget_many(["cfg:a"])) == {"cfg:a": "v"}
     assert cache.near_cache_stats()["fill_waits"] == waits
+
+
+@pytest.mark.parametrize("timeout", [None, 300], ids=["MSET", "SET-PX-each"])
+def test_an_own_set_many_is_kept_without_reading_it_back(
+    make_near: Callable[..., Any], writer: Any, mode: str, timeout: int | None
+) -> None:
+    cache = make_near()
+    ops = Ops(cache, mode)
+    serving(cache)
+    before = cache.near_cache_stats()
+    data = {"cfg:a": 1, "cfg:b": {"x": 2}, "other:c": 3}
+    assert ops.set_many(data, timeout) == []
+    assert ops.get_many(list(data)) == data
+    after = cache.near_cache_stats()
+    assert after["own_writes_kept"] == before["own_writes_kept"] + 2  # the kept ones
+    assert after["misses"] == before["misses"], "an own write was read back from the server"
+    pttl = writer.pttl(cache.make_and_validate_key("cfg:b"))
+    assert pttl == -1 if timeout is None else 0 < pttl <= 300_000
