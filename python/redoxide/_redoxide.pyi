@@ -157,6 +157,7 @@ class NearCache:
     def has(self, key: str | bytes) -> bool: ...
     def set(
         self,
+        client: Client,
         key: str,
         value: bytes,
         ttl_ms: int | None = None,
@@ -166,6 +167,7 @@ class NearCache:
     ) -> Any: ...
     def set_many(
         self,
+        client: Client,
         keys: Iterable[str | bytes],
         values: Iterable[bytes],
         ttl_ms: int | None = None,

@@ -332,7 +332,8 @@ class NearClient:
             # One server: a kept key is written through the tracking connection, which the
             # server does not echo it back to, and the written value is kept here.
             keys = (key,)
-            done = self._through("set", keys, (key, value, ttl_ms, nx, xx), bridge)
+            args = (self._inner, key, value, ttl_ms, nx, xx)
+            done = self._through("set", keys, args, bridge)
             if done is not NotImplemented:
                 return done
         return self._write("forget_keys", (key,), "set", (key, value, ttl_ms, nx, xx), bridge)
@@ -360,7 +361,7 @@ class NearClient:
         keys = list(keys)
         values = list(values)
         if self._direct:
-            done = self._through("set_many", keys, (keys, values, ttl_ms), bridge)
+            done = self._through("set_many", keys, (self._inner, keys, values, ttl_ms), bridge)
             if done is not NotImplemented:
                 return done
         return self._write("forget_keys", keys, "set_many", (keys, values, ttl_ms), bridge)

@@ -394,11 +394,12 @@ impl NearCache {
     /// (the written value is then kept without reading it back): whether it was stored, or
     /// its awaitable with `bridge`; NotImplemented when it is not sent this way (the key is
     /// not kept, or tracking is not up): the caller writes it the usual way.
-    #[pyo3(signature = (key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
+    #[pyo3(signature = (client, key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
     #[allow(clippy::too_many_arguments)]
     fn set(
         &self,
         py: Python<'_>,
+        client: &Bound<'_, Client>,
         key: &str,
         value: &[u8],
         ttl_ms: Option<u64>,
@@ -407,17 +408,18 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let write = write::Write::set(&self.near, key, value, ttl_ms, nx, xx);
+            let write = write::Write::set(&self.near, client.get(), key, value, ttl_ms, nx, xx);
             self.send_write(py, write, bridge)
         })
     }
 
     /// set_many on one server, through the tracking connection when one of the keys is kept
     /// here (as `set`); NotImplemented when it is not sent this way.
-    #[pyo3(signature = (keys, values, ttl_ms=None, bridge=None))]
+    #[pyo3(signature = (client, keys, values, ttl_ms=None, bridge=None))]
     fn set_many(
         &self,
         py: Python<'_>,
+        client: &Bound<'_, Client>,
         keys: &Bound<'_, PyAny>,
         values: &Bound<'_, PyAny>,
         ttl_ms: Option<u64>,
@@ -436,7 +438,7 @@ impl NearCache {
             if items.is_empty() || keys.len() != values.len() {
                 return Ok(py.NotImplemented());
             }
-            let write = write::Write::set_many(&self.near, &items, ttl_ms);
+            let write = write::Write::set_many(&self.near, client.get(), &items, ttl_ms);
             self.send_write(py, write, bridge)
         })
     }

@@ -12,23 +12,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::{Py, PyAny, PyResult, Python};
-use redis::{Cmd, Pipeline, Value};
+use redis::{Pipeline, Value};
 
 use crate::bridge::{Bridge, Pending, Slot};
 use crate::errors::{Error, Result};
 use crate::near::store::Token;
 use crate::near::tracking::{Near, Writer};
 use crate::proto::command::set_cmd;
+use crate::proto::Request;
+use crate::py::client::Client;
 use crate::runtime;
+use crate::stats::{Meter, Stats};
 
 /// Past the response timeout, how long a sync caller waits for the task that enforces it.
 const GRACE: Duration = Duration::from_millis(250);
-
-/// What is sent: one command, or a pipeline (one reply each).
-enum Sent {
-    One(Cmd),
-    Each(Pipeline),
-}
 
 /// A kept key of a write: where its reply is (in a pipeline's), the key, the value it gets
 /// if the write applies.
@@ -39,19 +36,23 @@ type Convert = fn(Python<'_>, Value) -> PyResult<Py<PyAny>>;
 
 /// A write of kept keys, to go through the tracking connection.
 pub struct Write {
-    sent: Sent,
+    sent: Request,
     /// The kept keys it writes.
     kept: Vec<Kept>,
     ttl_ms: Option<u64>,
     writer: Writer,
     convert: Convert,
+    /// The server's counters (it is counted as a command to that node, as on any connection).
+    stats: Arc<Stats>,
 }
 
 impl Write {
     /// SET of one key; None when it does not go this way (not kept, too large to keep, or no
     /// tracking connection up): the caller writes it the usual way.
+    #[allow(clippy::too_many_arguments)]
     pub fn set(
         near: &Near,
+        client: &Client,
         key: &str,
         value: &[u8],
         ttl_ms: Option<u64>,
@@ -62,17 +63,23 @@ impl Write {
             return None;
         }
         Some(Write {
-            sent: Sent::One(set_cmd(key, value, ttl_ms, nx, xx)),
+            sent: Request::Cmd(set_cmd(key, value, ttl_ms, nx, xx)),
             kept: vec![(0, key.as_bytes().into(), value.into())],
             ttl_ms,
             writer: near.writer()?,
             convert: crate::proto::reply::to_py_bool,
+            stats: Arc::clone(&client.stats),
         })
     }
 
     /// set_many: MSET, or a SET PX each when they expire (as the client sends it); None as
     /// for `set` (also when none of the keys is kept, or one kept value is too large).
-    pub fn set_many(near: &Near, items: &[(&[u8], &[u8])], ttl_ms: Option<u64>) -> Option<Write> {
+    pub fn set_many(
+        near: &Near,
+        client: &Client,
+        items: &[(&[u8], &[u8])],
+        ttl_ms: Option<u64>,
+    ) -> Option<Write> {
         let mut kept = Vec::new();
         for (i, (key, value)) in items.iter().enumerate() {
             if near.tracks(key) {
@@ -93,14 +100,14 @@ impl Write {
                 }
                 // One reply for all: every kept key's is at 0.
                 kept.iter_mut().for_each(|k| k.0 = 0);
-                Sent::One(cmd)
+                Request::Cmd(cmd)
             }
             Some(ms) => {
                 let mut pipe = Pipeline::with_capacity(items.len());
                 for (key, value) in items {
                     pipe.cmd("SET").arg(*key).arg(*value).arg("PX").arg(ms.max(1));
                 }
-                Sent::Each(pipe)
+                Request::Pipe(pipe)
             }
         };
         Some(Write {
@@ -109,6 +116,7 @@ impl Write {
             ttl_ms,
             writer: near.writer()?,
             convert: crate::proto::reply::to_py,
+            stats: Arc::clone(&client.stats),
         })
     }
 
@@ -120,18 +128,19 @@ impl Write {
         done: impl FnOnce(Result<Value>) + Send + 'static,
     ) -> Result<()> {
         let rt = runtime::get()?;
-        let Write { sent, kept, ttl_ms, writer, .. } = self;
+        let Write { sent, kept, ttl_ms, writer, stats, .. } = self;
         let Writer { mut conn, source, .. } = writer;
+        let meter = Meter::start(&sent);
         let claims: Vec<Token> =
             kept.iter().map(|(_, key, _)| near.store.begin_write(key)).collect();
         let near = Arc::clone(near);
         rt.spawn(async move {
             let timeout = source.response_timeout;
             let reply = match &sent {
-                Sent::One(cmd) => {
+                Request::Cmd(cmd) => {
                     tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await
                 }
-                Sent::Each(pipe) => {
+                Request::Pipe(pipe) => {
                     tokio::time::timeout(timeout, pipe.query_async::<Value>(&mut conn)).await
                 }
             };
@@ -158,6 +167,9 @@ impl Write {
                     )))
                 }
             };
+            if let Some(meter) = meter {
+                meter.record(&stats, &outcome);
+            }
             for ((at, key, value), token) in kept.iter().zip(claims) {
                 let applied = outcome.as_ref().is_ok_and(|reply| applied(reply, *at));
                 near.store.end_write(key, token, applied.then_some((&value[..], ttl_ms)));

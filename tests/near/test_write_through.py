@@ -213,3 +213,19 @@ def test_an_own_set_many_is_kept_without_reading_it_back(
     assert after["misses"] == before["misses"], "an own write was read back from the server"
     pttl = writer.pttl(cache.make_and_validate_key("cfg:b"))
     assert pttl == -1 if timeout is None else 0 < pttl <= 300_000
+
+
+def test_own_writes_through_the_tracking_connection_are_counted(
+    make_near: Callable[..., Any], mode: str
+) -> None:
+    cache = make_near()
+    ops = Ops(cache, mode)
+    serving(cache)
+    calls = dict(cache.stats()["totals"]["calls"])
+    kept = cache.near_cache_stats()["own_writes_kept"]
+    ops.set("cfg:a", 1)
+    ops.set_many({"cfg:b": 2, "cfg:c": 3}, None)
+    assert cache.near_cache_stats()["own_writes_kept"] == kept + 3
+    after = cache.stats()["totals"]["calls"]
+    assert after.get("SET", 0) == calls.get("SET", 0) + 1
+    assert after.get("MSET", 0) == calls.get("MSET", 0) + 1
