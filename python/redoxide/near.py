@@ -344,8 +344,7 @@ class NearClient:
         answered, this one keeps what it wrote; NotImplemented when it does not go this way
         (the caller writes the usual way)."""
         others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
-        for client in others:
-            client._store.forget_keys(keys)
+        _forget_in(others, keys)
         done = getattr(self._store, name)(*args, bridge)
         if done is NotImplemented or not others:
             return done
