@@ -5,7 +5,7 @@
 //! We never drop it: a child sees a new fork generation and leaks the old one.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::Once;
 
 use tokio::runtime::{Builder, Runtime};
 
@@ -15,7 +15,12 @@ use crate::ffi;
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static RUNTIME_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX);
-static BUILD_LOCK: Mutex<()> = Mutex::new(());
+/// Which fork generation holds the build lock (`FREE` when none). A lock word rather than a
+/// `Mutex`: a child must not wait for a build that one of its parent's threads was running at
+/// the fork, yet its own threads must wait for each other (two builders would each start an
+/// I/O thread, and the loser's would run for ever).
+static BUILDING: AtomicU64 = AtomicU64::new(FREE);
+const FREE: u64 = u64::MAX;
 static AT_FORK: Once = Once::new();
 
 extern "C" fn after_fork_in_child() {
@@ -46,14 +51,57 @@ pub fn get() -> Result<&'static Runtime> {
     build(generation)
 }
 
-#[cold]
-fn build(generation: u64) -> Result<&'static Runtime> {
-    // A lock inherited locked from the parent would deadlock; in that case build unlocked.
-    let _lock = BUILD_LOCK.try_lock().ok();
+/// This generation's runtime, if it is built.
+fn built(generation: u64) -> Option<&'static Runtime> {
     let current = RUNTIME.load(Ordering::Acquire);
     if !current.is_null() && RUNTIME_GENERATION.load(Ordering::Acquire) == generation {
         // SAFETY: as in `get`: a leaked, never-freed runtime.
-        return Ok(unsafe { &*current });
+        return Some(unsafe { &*current });
+    }
+    None
+}
+
+/// Holds `BUILDING` for one generation; frees it on drop (also when the build fails).
+struct BuildLock(u64);
+
+impl BuildLock {
+    /// Take the lock for `generation`, or return the runtime another thread of it built while
+    /// this one waited. A lock word left by an older generation was the parent's: take it over.
+    fn take(generation: u64) -> std::result::Result<BuildLock, &'static Runtime> {
+        loop {
+            let held = BUILDING.load(Ordering::Acquire);
+            if held != generation {
+                if BUILDING
+                    .compare_exchange(held, generation, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(BuildLock(generation));
+                }
+                continue;
+            }
+            if let Some(runtime) = built(generation) {
+                return Err(runtime);
+            }
+            // A build is a thread spawn away from done: microseconds, once per process.
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for BuildLock {
+    fn drop(&mut self) {
+        let _ = BUILDING.compare_exchange(self.0, FREE, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+#[cold]
+fn build(generation: u64) -> Result<&'static Runtime> {
+    let _lock = match BuildLock::take(generation) {
+        Ok(lock) => lock,
+        Err(runtime) => return Ok(runtime),
+    };
+    if let Some(runtime) = built(generation) {
+        return Ok(runtime);
     }
     // One I/O thread drives every connection: a current-thread scheduler on a thread of its own
     // costs less per task than the work-stealing one, and one thread is all the sockets need.

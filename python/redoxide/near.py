@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ _left_behind: list[Any] = []
 
 #: Every near cache of the process (they live as long as it does: see `near_client`).
 _every: tuple[NearClient, ...] = ()
+_joining = threading.Lock()  # makes each append to _every one read-and-write
 
 
 def _forget_everywhere(method: str, what: Any) -> bool:
@@ -98,6 +100,7 @@ class NearClient:
         self._store = self._new_store()
         #: One server: its nodes never change, and a sync get is one call into the core.
         self._direct = isinstance(inner, _redoxide.Client)
+        self._following = threading.Lock()
         if self._direct:
             self._nodes = (inner,)
             self._store.track([inner], self._check_db)
@@ -105,7 +108,8 @@ class NearClient:
             self._follow()
         track(self)
         global _every
-        _every = (*_every, self)
+        with _joining:
+            _every = (*_every, self)
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -152,14 +156,25 @@ class NearClient:
         nodes = _primaries(self._inner)
         if nodes is None:
             return False
-        if (
-            self._nodes is None
-            or len(nodes) != len(self._nodes)
-            or any(a is not b for a, b in zip(nodes, self._nodes, strict=True))
-        ):
-            self._store.track(list(nodes), self._check_db)
-            self._nodes = nodes
+        if not self._tracks(nodes):
+            # Re-read and track under a lock: a thread that read the nodes before a failover
+            # must not track the old primaries after one that read the new ones.
+            with self._following:
+                nodes = _primaries(self._inner)
+                if nodes is None:
+                    return False
+                if not self._tracks(nodes):
+                    self._store.track(list(nodes), self._check_db)
+                    self._nodes = nodes
         return True
+
+    def _tracks(self, nodes: tuple[Any, ...]) -> bool:
+        known = self._nodes
+        return (
+            known is not None
+            and len(nodes) == len(known)
+            and all(a is b for a, b in zip(nodes, known, strict=True))
+        )
 
     def _refused(self) -> None:
         logging.getLogger(self._logger).warning(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
@@ -119,7 +120,7 @@ class Computed:
 class FailOpen:
     """IGNORE_EXCEPTIONS: which errors become the caller's fallback, and whether to log them."""
 
-    __slots__ = ("enabled", "errors", "ignored", "log", "logger")
+    __slots__ = ("_counting", "enabled", "errors", "ignored", "log", "logger")
 
     def __init__(
         self,
@@ -136,12 +137,16 @@ class FailOpen:
         self.logger = logging.getLogger(logger_name)
         #: Calls answered by their fallback (cache.stats()'s fail_open_misses).
         self.ignored = 0
+        # Shared by every instance of a configuration, so by threads: `+=` is a read and a
+        # write, which only the GIL kept whole (the failure path can afford the lock).
+        self._counting = threading.Lock()
 
     def failed(self, exc: BaseException, fallback: Any) -> Any:
         """Re-raise `exc`, or under IGNORE_EXCEPTIONS log it and return the fallback."""
         if not (self.enabled and isinstance(exc, self.errors)):
             raise exc
-        self.ignored += 1
+        with self._counting:
+            self.ignored += 1
         if self.log:
             self.logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
         return fallback() if isinstance(fallback, Computed) else fallback

@@ -210,10 +210,15 @@ impl Near {
     pub fn start(self: &Arc<Self>) -> Result<()> {
         // A plain load first: every lookup passes here, and a swap would bounce the cache line
         // between the threads that read.
-        if self.started.load(Ordering::Acquire) || self.started.swap(true, Ordering::AcqRel) {
+        if self.started.load(Ordering::Acquire) {
             return Ok(());
         }
+        // Decided under the trackers' lock: a `track` between the swap and the lock would see
+        // `started` and spawn the set, and this call would spawn it a second time.
         let mut trackers = locked(&self.trackers);
+        if self.started.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         self.spawn(&mut trackers)
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Generator
 from typing import Any
@@ -20,6 +21,7 @@ class ReplicaHealth:
 
     def __init__(self) -> None:
         self._down: dict[int, float] = {}  # id(replica) -> monotonic time it may be retried
+        self._lock = threading.Lock()
 
     def mark_down(self, replica: Any) -> None:
         self._down[id(replica)] = time.monotonic() + REPLICA_DOWN_SECONDS
@@ -29,7 +31,10 @@ class ReplicaHealth:
         if until is None:
             return True
         if until <= time.monotonic():
-            self._down.pop(id(replica), None)
+            # Not a plain pop: another thread may have marked it down again since the read.
+            with self._lock:
+                if self._down.get(id(replica)) == until:
+                    del self._down[id(replica)]
             return True
         return False
 

@@ -140,9 +140,10 @@ class SlotMap:
         # A slot no node serves (a cluster missing a shard) goes to any node: its MOVED or
         # CLUSTERDOWN reply then says what is wrong.
         fallback = next(iter(primaries.values()))
-        self.table = [n if n is not None else fallback for n in table]
+        # The table last: readers check it alone before they use the other two.
         self.replica_table = replica_table
         self.primaries = list(primaries.values())
+        self.table = [n if n is not None else fallback for n in table]
         self._learnt_at = time.monotonic()
         self.suspect = False
 
