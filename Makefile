@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-django42 test-matrix test-redis62 test-topologies test-near-contract test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
+.PHONY: help install build test test-matrix sid-pythons test-py314 test-py315 sid-clean wheel-x86_64 wheel-aarch64 test-arm64 bench-py314 test-redis62 test-topologies test-near-contract test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -47,7 +47,7 @@ system-deps: ## Install missing system packages (redis-server, redis-tools, a C 
 $(PY):
 	$(PYTHON3) -m venv $(VENV)
 
-$(DEPS_STAMP): requirements-dev.txt | $(PY)
+$(DEPS_STAMP): requirements-dev.txt requirements-test.txt | $(PY)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	@touch $@
 
@@ -64,40 +64,78 @@ test: install ## Run the Python tests (pytest) and the Rust unit tests (cargo te
 	LD_LIBRARY_PATH="$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
 		cargo test $(CARGO_TEST_ARGS)
 
-VENV42 := .venv-django42
-DJANGO42_STAMP := $(VENV42)/.redoxide-deps.stamp
+# CPython 3.14 and 3.15 from Debian sid, unpacked into .sid/amd64 and entered with chroot
+# (scripts/sid_root.sh: a private apt configuration reads sid's lists; nothing installs on the
+# host). One venv per interpreter inside that folder; the package and extension built in place
+# are shared through a .pth file (abi3), as in test-matrix. Idempotent: stamps record what was
+# installed, so a second call costs a few milliseconds.
+SID := .sid
+SID_AMD64 := $(SID)/amd64
+SID_PACKAGES := python3.14 python3.14-venv python3.15 python3.15-venv redis-server redis-tools coreutils dash libc-bin wrk
+SID_RUN := bash scripts/sid_root.sh run $(SID_AMD64)
+SID_DJANGO ?= 6.1
+SID_STAMP := $(SID_AMD64)/opt/.redoxide-venvs.stamp
 
-$(DJANGO42_STAMP): $(BUILD_STAMP)
-	$(PYTHON3) -m venv $(VENV42)
-	$(VENV42)/bin/pip install --quiet "django>=4.2,<4.3" "pytest>=8" "pytest-timeout>=2.3" "redis>=5" "uvloop>=0.19"
-	@# Use the package and extension built in place by `maturin develop`.
-	$(VENV42)/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'
+$(SID_STAMP): scripts/sid_root.sh requirements-test.txt
+	bash scripts/sid_root.sh build $(SID_AMD64) amd64 $(SID_PACKAGES)
+	@# 3.14 gets every test requirement; on 3.15 some (lz4, ...) have no wheel yet and nothing
+	@# compiles here, so it gets what the contracts import.
+	@set -e; for py in 3.14 3.15; do \
+		venv=/opt/venv$${py/./}; \
+		if [ $$py = 3.14 ]; then reqs="-r requirements-test.txt"; else reqs="pytest>=8 pytest-timeout>=2.3 redis>=5"; fi; \
+		$(SID_RUN) python$$py -m venv --clear $$venv; \
+		$(SID_RUN) $$venv/bin/pip install --quiet --only-binary=:all: "django==$(SID_DJANGO).*" $$reqs; \
+		$(SID_RUN) $$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text("/project/python\n")'; \
+	done
 	@touch $@
 
-test-django42: install $(DJANGO42_STAMP) ## Run Django's contract and the async contract under Django 4.2
-	$(VENV42)/bin/python -m pytest tests/contract tests/unit/test_async_native.py $(PYTEST_ARGS)
+sid-pythons: $(SID_STAMP) ## Set up CPython 3.14 and 3.15 (Debian sid's, in .sid/amd64) with Django 6.1 and the test requirements
 
-# Each supported Django release with the oldest and the newest Python it supports (pyenv's
-# interpreters, called by path: pyenv's shims do not run non-global versions). One venv each,
-# made once; the package and extension built in place are shared through a .pth file (abi3).
-MATRIX ?= 5.2:3.10 5.2:3.13 6.0:3.12 6.0:3.13 6.1:3.12 6.1:3.13
+test-py314: install $(SID_STAMP) ## The whole Python suite on CPython 3.14 with Django 6.1 (sid's interpreter, chroot)
+	$(SID_RUN) /opt/venv314/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+test-py315: install $(SID_STAMP) ## Django's contract, the async contract and the near-cache contract on CPython 3.15 with Django 6.1
+	$(SID_RUN) /opt/venv315/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS)
+	$(SID_RUN) env REDOXIDE_TEST_NEAR_CACHE=1 /opt/venv315/bin/python -m pytest -q -p no:cacheprovider tests/contract -k "not on_topologies" $(PYTEST_ARGS)
+
+sid-clean: ## Unmount and remove the sid interpreters' folder (.sid)
+	@for root in $(SID)/*; do if [ -d "$$root" ]; then bash scripts/sid_root.sh clean "$$root"; fi; done
+	@[ ! -d $(SID) ] || rmdir $(SID)
+
+# Each supported Django release with the oldest and the newest Python it supports: pyenv's
+# interpreters (called by path: pyenv's shims do not run non-global versions), and CPython 3.14
+# from Debian sid in .sid/amd64 (below), entered with chroot. One venv each, made once; the
+# package and extension built in place are shared through a .pth file (abi3). Django 6.1 on
+# 3.14 is test-py314 (the whole suite), on 3.15 test-py315.
+MATRIX ?= 5.2:3.10 5.2:3.14 6.0:3.12 6.0:3.14 6.1:3.12 6.1:3.13
 MATRIX_DIR := .venv-matrix
 PYENV_ROOT_DIR := $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
 
-test-matrix: install ## Django's contract and the async contract on Django 5.2, 6.0, 6.1, oldest and newest Python each
+test-matrix: install $(SID_STAMP) ## Django's contract and the async contract on Django 5.2, 6.0, 6.1, oldest and newest Python each
 	@set -e; for combo in $(MATRIX); do \
 		django=$${combo%%:*}; py=$${combo##*:}; \
-		interp=$$(ls -d $(PYENV_ROOT_DIR)/versions/$$py.*/bin/python 2>/dev/null | sort -V | tail -1); \
-		if [ -z "$$interp" ]; then echo "test-matrix: no Python $$py under $(PYENV_ROOT_DIR)"; exit 1; fi; \
-		venv=$(MATRIX_DIR)/django$$django-py$$py; \
-		if [ ! -f $$venv/.redoxide-deps.stamp ]; then \
-			$$interp -m venv $$venv; \
-			$$venv/bin/pip install --quiet "django==$$django.*" "pytest>=8" "pytest-timeout>=2.3" "redis>=5"; \
-			$$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'; \
-			touch $$venv/.redoxide-deps.stamp; \
-		fi; \
-		echo "== Django $$($$venv/bin/python -c 'import django; print(django.__version__)') on Python $$($$venv/bin/python -c 'import platform; print(platform.python_version())')"; \
-		$$venv/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS); \
+		case $$py in \
+		3.14|3.15) \
+			venv=/opt/matrix/django$$django-py$$py; run="$(SID_RUN)"; \
+			if [ ! -f $(SID_AMD64)$$venv/.redoxide-deps.stamp ]; then \
+				$$run python$$py -m venv --clear $$venv; \
+				$$run $$venv/bin/pip install --quiet --only-binary=:all: "django==$$django.*" "pytest>=8" "pytest-timeout>=2.3" "redis>=5"; \
+				$$run $$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text("/project/python\n")'; \
+				touch $(SID_AMD64)$$venv/.redoxide-deps.stamp; \
+			fi ;; \
+		*) \
+			interp=$$(ls -d $(PYENV_ROOT_DIR)/versions/$$py.*/bin/python 2>/dev/null | sort -V | tail -1); \
+			if [ -z "$$interp" ]; then echo "test-matrix: no Python $$py under $(PYENV_ROOT_DIR)"; exit 1; fi; \
+			venv=$(MATRIX_DIR)/django$$django-py$$py; run=""; \
+			if [ ! -f $$venv/.redoxide-deps.stamp ]; then \
+				$$interp -m venv $$venv; \
+				$$venv/bin/pip install --quiet "django==$$django.*" "pytest>=8" "pytest-timeout>=2.3" "redis>=5"; \
+				$$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'; \
+				touch $$venv/.redoxide-deps.stamp; \
+			fi ;; \
+		esac; \
+		echo "== Django $$($$run $$venv/bin/python -c 'import django; print(django.__version__)') on Python $$($$run $$venv/bin/python -c 'import platform; print(platform.python_version())')"; \
+		$$run $$venv/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS); \
 	done
 
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
@@ -162,6 +200,31 @@ bench-fullstack: install $(BENCH312_STAMP) ## Full stack: Django under granian/u
 	@command -v wrk >/dev/null || apt-get install -y wrk
 	$(VENV312)/bin/python benchmarks/fullstack.py $(FULLSTACK_ARGS)
 
+# The direct loop and the full stack on CPython 3.14 (sid's, in .sid/amd64 with its wrk and
+# redis-server 8.0), redoxide beside django-vcache (3.12-3.14) and django-redis in one run.
+BENCH314_STAMP := $(SID_AMD64)/opt/.redoxide-bench314.stamp
+BENCH314_ARGS ?= --rounds 3 --seconds 5 --warmup 1
+
+$(BENCH314_STAMP): $(SID_STAMP)
+	$(SID_RUN) python3.14 -m venv --clear /opt/bench314
+	$(SID_RUN) /opt/bench314/bin/pip install --quiet --only-binary=:all: "django==$(SID_DJANGO).*" "granian>=2.5" \
+		"uvicorn>=0.30" "uvloop>=0.19" "httptools>=0.6" "django-vcache>=3.2" "django-redis>=5.4" "redis>=5" "hiredis>=3"
+	$(SID_RUN) /opt/bench314/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text("/project/python\n")'
+	@touch $@
+
+bench-py314: install $(BENCH314_STAMP) ## Direct loop and full stack (granian ASGI, WSGI 2x4) on CPython 3.14 against django-vcache; tables to benchmarks/results/py314-latest.md
+	@mkdir -p benchmarks/results
+	@set -e; out=benchmarks/results/py314-latest.md; tmp=$$out.tmp; \
+	{ echo "# CPython 3.14 (Debian sid's, chroot), $$(date -u +%Y-%m-%d)"; echo; \
+	  echo '## Direct loop (benchmarks/bench.py --targets redoxide,vcache,django-redis)'; echo; echo '```'; \
+	  $(SID_RUN) /opt/bench314/bin/python benchmarks/bench.py --no-save --targets redoxide,vcache,django-redis; \
+	  echo '```'; echo; \
+	  echo '## Full stack (benchmarks/fullstack.py, granian ASGI and WSGI 2 x 4, loopback)'; echo; echo '```'; \
+	  $(SID_RUN) /opt/bench314/bin/python benchmarks/fullstack.py --no-save $(BENCH314_ARGS) \
+		--servers granian-asgi,granian-wsgi-4t --views six,read,base \
+		--backends redoxide,redoxide-near,django-vcache,django-vcache-csc,django-redis,locmem --conditions loopback; \
+	  echo '```'; } > $$tmp; mv $$tmp $$out; echo "bench-py314: $$out"
+
 soak: install ## ASGI soak: examples/ under uvicorn, 64 HTTP clients for 60 s (SOAK_ARGS='--seconds 10')
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
 
@@ -172,16 +235,43 @@ soak-fullstack: install $(BENCH312_STAMP) ## Full-stack soak: granian ASGI + WSG
 # zig links against glibc 2.17's symbols, so the wheel is manylinux2014 whatever this host's
 # glibc; target/wheel keeps that build apart from `maturin develop`'s. maturin finds zig as
 # `python3 -m ziglang`, hence the venv first on PATH.
-wheel: system-deps $(DEPS_STAMP) ## Build the manylinux2014 abi3 wheel (maturin + zig) and the sdist into dist/
-	$(PY) -m pip install --quiet "ziglang>=0.13" "auditwheel>=6.1"
-	rm -f dist/redoxide-*.whl dist/redoxide-*.tar.gz
+wheel: wheel-x86_64 wheel-aarch64 ## Build the manylinux2014 abi3 wheels (x86_64 and aarch64, maturin + zig) and the sdist into dist/
+
+wheel-x86_64: system-deps $(DEPS_STAMP) ## Build the manylinux2014_x86_64 abi3 wheel and the sdist into dist/
+	rm -f dist/redoxide-*x86_64*.whl dist/redoxide-*.tar.gz
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/maturin build --release --zig --compatibility manylinux2014 \
 		--target-dir target/wheel --out dist --interpreter $(PY)
 	$(BIN)/maturin sdist --out dist
 
-wheel-check: wheel ## Check dist/: auditwheel (manylinux2014), the wheel in fresh 3.10/3.13 venvs, the sdist
+# The aarch64 wheel needs Rust's standard library for aarch64, which this host's toolchain does
+# not have and cannot fetch: Debian sid's rustc and cargo with libstd-rust-dev:arm64, unpacked
+# into .sid/toolchain (scripts/sid_root.sh), build it in a chroot, linked by zig for glibc 2.17.
+SID_TOOLCHAIN := $(SID)/toolchain
+SID_TOOLCHAIN_PACKAGES := rustc cargo libstd-rust-dev:arm64 gcc libc6-dev python3.14 python3.14-venv coreutils dash libc-bin
+SID_TOOLCHAIN_STAMP := $(SID_TOOLCHAIN)/opt/.redoxide-build.stamp
+
+$(SID_TOOLCHAIN_STAMP): scripts/sid_root.sh
+	bash scripts/sid_root.sh build $(SID_TOOLCHAIN) amd64 $(SID_TOOLCHAIN_PACKAGES)
+	bash scripts/sid_root.sh run $(SID_TOOLCHAIN) sh -c 'python3.14 -m venv --clear /opt/build && /opt/build/bin/pip install --quiet "maturin>=1.9,<2" "ziglang>=0.13"'
+	@touch $@
+
+wheel-aarch64: $(SID_TOOLCHAIN_STAMP) ## Build the manylinux2014_aarch64 abi3 wheel into dist/ (sid's Rust in a chroot)
+	rm -f dist/redoxide-*aarch64*.whl
+	@# No maintainer script ran, so no `cc` alternative: build scripts and proc macros link with gcc.
+	bash scripts/sid_root.sh run $(SID_TOOLCHAIN) env PATH=/opt/build/bin:/usr/bin:/bin CARGO_HOME=/root/.cargo \
+		CC=gcc CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=gcc \
+		maturin build --release --zig --compatibility manylinux2014 --target aarch64-unknown-linux-gnu \
+		--target-dir target/wheel-aarch64 --out dist
+
+wheel-check: wheel ## Check dist/: auditwheel (manylinux2014), the x86_64 wheel in fresh 3.10/3.13 venvs, the sdist, the aarch64 wheel under qemu
 	$(BIN)/auditwheel show dist/redoxide-*-manylinux2014_x86_64*.whl
+	$(BIN)/auditwheel show dist/redoxide-*-manylinux2014_aarch64*.whl
 	REDOXIDE_PACKAGING_FULL_BUILD=1 $(PY) -m pytest tests/packaging $(PYTEST_ARGS)
+	$(MAKE) test-arm64
+
+test-arm64: install ## The aarch64 wheel in sid's arm64 CPython 3.14 under qemu-user: Django's contract, the async contract, a smoke
+	@ls dist/redoxide-*-manylinux2014_aarch64*.whl >/dev/null 2>&1 || $(MAKE) wheel-aarch64
+	bash scripts/arm64_check.sh
 
 all: lint test ## Everything CI checks: lint, then the tests
 
@@ -190,7 +280,7 @@ clean: ## Remove build outputs and caches (target/, dist/, the compiled module);
 	rm -f python/redoxide/_redoxide*.so $(BUILD_STAMP)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-distclean: clean ## Also remove .venv
-	rm -rf $(VENV) $(VENV42) $(VENV312) $(MATRIX_DIR)
+distclean: clean sid-clean ## Also remove .venv and the sid folders
+	rm -rf $(VENV) $(VENV312) $(MATRIX_DIR)
 
 FORCE:
