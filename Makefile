@@ -74,7 +74,8 @@ SID_AMD64 := $(SID)/amd64
 SID_PACKAGES := python3.14 python3.14-venv python3.15 python3.15-venv redis-server redis-tools coreutils dash libc-bin wrk
 SID_RUN := bash scripts/sid_root.sh run $(SID_AMD64)
 SID_DJANGO ?= 6.1
-SID_STAMP := $(SID_AMD64)/opt/.redoxide-venvs.stamp
+# Named after the package set, so a change of it rebuilds the folder and its venvs.
+SID_STAMP := $(SID_AMD64)/opt/.redoxide-venvs-$(shell echo $(SID_PACKAGES) $(SID_DJANGO) | md5sum | cut -c1-8).stamp
 
 $(SID_STAMP): scripts/sid_root.sh requirements-test.txt
 	bash scripts/sid_root.sh build $(SID_AMD64) amd64 $(SID_PACKAGES)
@@ -248,7 +249,7 @@ wheel-x86_64: system-deps $(DEPS_STAMP) ## Build the manylinux2014_x86_64 abi3 w
 # into .sid/toolchain (scripts/sid_root.sh), build it in a chroot, linked by zig for glibc 2.17.
 SID_TOOLCHAIN := $(SID)/toolchain
 SID_TOOLCHAIN_PACKAGES := rustc cargo libstd-rust-dev:arm64 gcc libc6-dev python3.14 python3.14-venv coreutils dash libc-bin
-SID_TOOLCHAIN_STAMP := $(SID_TOOLCHAIN)/opt/.redoxide-build.stamp
+SID_TOOLCHAIN_STAMP := $(SID_TOOLCHAIN)/opt/.redoxide-build-$(shell echo $(SID_TOOLCHAIN_PACKAGES) | md5sum | cut -c1-8).stamp
 
 $(SID_TOOLCHAIN_STAMP): scripts/sid_root.sh
 	bash scripts/sid_root.sh build $(SID_TOOLCHAIN) amd64 $(SID_TOOLCHAIN_PACKAGES)

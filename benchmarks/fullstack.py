@@ -514,10 +514,16 @@ def environment() -> dict[str, Any]:
             versions[package] = importlib.metadata.version(package)
     wrk_version = subprocess.run([WRK, "-v"], capture_output=True, text=True).stdout
     git = ["git", "-C", str(ROOT)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--", "python", "src"], capture_output=True, text=True
-    )
+    if shutil.which("git") is None:  # a chroot (make bench-py314) has no git: say so
+        commit = subprocess.CompletedProcess([], 0, stdout="unknown (no git)", stderr="")
+        dirty = subprocess.CompletedProcess([], 0, stdout="", stderr="")
+    else:
+        commit = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "python", "src"], capture_output=True, text=True
+        )
     return {
         "python": platform.python_version(),
         # redoxide runs from this checkout (a .pth file to python/), so say which tree it was.
