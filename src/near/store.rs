@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Nanoseconds on a monotonic clock (since the first call; never 0 after it).
@@ -98,7 +98,8 @@ pub struct Limits {
 
 struct Node {
     key: Box<[u8]>,
-    value: Box<[u8]>,
+    /// Shared so that a hit takes a reference under the lock and copies after it.
+    value: Arc<[u8]>,
     expires_ns: u64,
     prev: usize,
     next: usize,
@@ -193,7 +194,11 @@ impl Store {
                 self.stats.expired.fetch_add(1, Ordering::Relaxed);
             } else if serve {
                 inner.touch(idx);
-                copy(&inner.nodes[idx].value);
+                let value = Arc::clone(&inner.nodes[idx].value);
+                drop(inner);
+                // Copied after the lock is released: the caller makes a Python object of it,
+                // and no Python object is made (nor memory copied) under the store's lock.
+                copy(&value);
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 return Got::Hit;
             } else {
@@ -282,7 +287,7 @@ impl Store {
             inner.remove(tail);
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        inner.insert(key.into(), value.into(), expires_ns, size);
+        inner.insert(key.into(), Arc::from(value), expires_ns, size);
         self.stats.installs.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -501,7 +506,7 @@ impl Inner {
         self.free.push(idx);
     }
 
-    fn insert(&mut self, key: Box<[u8]>, value: Box<[u8]>, expires_ns: u64, size: usize) {
+    fn insert(&mut self, key: Box<[u8]>, value: Arc<[u8]>, expires_ns: u64, size: usize) {
         let node = Node { key: key.clone(), value, expires_ns, prev: NIL, next: NIL };
         let idx = match self.free.pop() {
             Some(idx) => {
