@@ -37,7 +37,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
-	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z_-]+:[^#]*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z0-9_-]+:[^#]*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 install: system-deps $(BUILD_STAMP) ## Install redis-server, the .venv, dev requirements and redoxide (release build)
 
@@ -274,7 +274,7 @@ test-arm64: install ## The aarch64 wheel in sid's arm64 CPython 3.14 under qemu-
 	@ls dist/redoxide-*-manylinux2014_aarch64*.whl >/dev/null 2>&1 || $(MAKE) wheel-aarch64
 	bash scripts/arm64_check.sh
 
-all: lint test ## Everything CI checks: lint, then the tests
+all: lint test ## lint, then test (CI, .ci/run, runs more: the other test-* targets and the ARM64 wheel)
 
 clean: ## Remove build outputs and caches (target/, dist/, the compiled module); keeps .venv
 	rm -rf target dist build .pytest_cache .mypy_cache .ruff_cache benchmarks/results/*.tmp
