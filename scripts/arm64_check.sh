@@ -55,6 +55,6 @@ emu "$venv/bin/python" "$pip_wheel/pip" install --quiet --only-binary=:all: --no
 emu "$venv/bin/python" -c 'import django, redoxide, importlib.metadata as m; print("arm64_check: redoxide", m.version("redoxide"), "from", redoxide.__file__, "| Django", django.__version__)'
 
 # Emulated code runs several times slower: the suite's per-test timeout grows to match.
-emu "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 300 \
+REDOXIDE_EXPECT_MACHINE=aarch64 emu "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 300 \
     tests/contract tests/unit/test_async_native.py tests/packaging/smoke_installed.py \
     -k "not on_topologies" ${PYTEST_ARGS:-}
