@@ -320,7 +320,7 @@ def test_fail_open_misses_are_counted_once_per_call() -> None:
 
 
 FIRST_USE_SCRIPT = """
-import asyncio, glob, json, sys, threading
+import asyncio, glob, json, sys, threading, time
 
 import django
 from django.conf import settings
@@ -363,8 +363,20 @@ def name(path):
         return ""
 
 
-names = [name(path) for path in glob.glob("/proc/self/task/*/comm")]
-print(json.dumps({"io_threads": names.count("redoxide-io"), "errors": errors}))
+def io_threads():
+    return [name(path) for path in glob.glob("/proc/self/task/*/comm")].count("redoxide-io")
+
+
+# A thread is born with its creator's name and takes its own once it runs: tokio's blocking
+# threads (the name lookups), made by the I/O thread, show as "redoxide-io" until they start.
+# A second runtime's I/O thread keeps the name for ever, so the count settles at the number of
+# runtimes: read until it is 1, or for 10 s, and report the lowest.
+deadline = time.monotonic() + 10
+lowest = io_threads()
+while lowest > 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+    lowest = min(lowest, io_threads())
+print(json.dumps({"io_threads": lowest, "errors": errors}))
 """
 
 
