@@ -152,7 +152,8 @@ impl Transport {
         match self {
             Transport::Plain { mux, .. } => {
                 let (packed, replies) = req.pack();
-                let (conn, schedule) = mux.submit(&packed, replies, slot, queue)?;
+                let replayable = req.is_idempotent();
+                let (conn, schedule) = mux.submit(packed, replies, replayable, slot, queue)?;
                 let conn: Arc<dyn Poller> = conn;
                 Ok((Some(conn), schedule))
             }

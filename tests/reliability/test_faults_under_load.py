@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 from support.backend import backend_errors, build_cache, is_redoxide
 from support.dispatch import Ops
-from support.servers import RedisServer, Sleeper, server_version
+from support.servers import RedisServer, Sleeper
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's fault behaviour")
 
@@ -364,24 +363,12 @@ def kill_clients(server: RedisServer) -> int:
     return int(server.cli("CLIENT", "KILL", "TYPE", "normal"))
 
 
-def _redis_major() -> int:
-    found = re.search(r"v=(\d+)\.", server_version())
-    return int(found.group(1)) if found else 0
-
-
 def test_connection_killed_between_calls_is_invisible(
-    fresh_redis_server: RedisServer, mode: str, request: pytest.FixtureRequest
+    fresh_redis_server: RedisServer, mode: str
 ) -> None:
     """The server closes idle connections (CLIENT KILL, a timeout, a proxy): the next call of
-    any kind reconnects and succeeds, without an error reaching the caller."""
-    if mode == "async" and _redis_major() >= 8:
-        # Seen once in four runs of this test against redis-server 8.0 on a busy host (3.14
-        # CI rehearsal): a call sent before the I/O thread has read the killed connection's
-        # EOF fails with ConnectionInterrupted instead of reconnecting. Not yet fixed; strict
-        # everywhere else (Redis 6.2, 7.0, Valkey 9.1).
-        request.applymarker(
-            pytest.mark.xfail(reason="async: a call racing a killed connection's EOF (Redis 8)")
-        )
+    any kind reconnects and succeeds, without an error reaching the caller (the race with the
+    I/O thread seeing the close is test_killed_idle_connection.py's)."""
     server = fresh_redis_server
     ops = Ops(cache_on(server.url), mode)
     ops.set_many({"k": "v", "n": 0})

@@ -99,6 +99,11 @@ impl<W> Fifo<W> {
         self.entries.iter_mut().map(|e| &mut e.waiter)
     }
 
+    /// The newest waiter (one that was just queued).
+    pub fn back_mut(&mut self) -> Option<&mut W> {
+        self.entries.back_mut().map(|e| &mut e.waiter)
+    }
+
     /// Take back the newest waiter (one that was just queued).
     pub fn pop_back(&mut self) -> Option<W> {
         self.entries.pop_back().map(|e| e.waiter)
@@ -175,7 +180,8 @@ mod tests {
         for w in fifo.iter_mut() {
             *w *= 10;
         }
-        assert_eq!(fifo.pop_back(), Some(30));
+        *fifo.back_mut().unwrap() += 1;
+        assert_eq!(fifo.pop_back(), Some(31));
         assert_eq!(fifo.take_all(), vec![10, 20]);
         assert!(fifo.is_empty());
     }

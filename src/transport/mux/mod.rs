@@ -5,14 +5,18 @@
 //! written directly from the calling thread (no thread hop for a lone request); while replies
 //! are outstanding, new commands are buffered and one writer task flushes them in batches.
 //! One reader task parses replies and completes slots. A broken or stalled connection fails
-//! every waiting command with a typed error and is replaced on the next command.
+//! every waiting command with a typed error and is replaced on the next command, with one
+//! exception: a plain read written on an idle connection that the server turns out to have
+//! closed (idle timeout, CLIENT KILL, a proxy) is sent once more on the new connection, and a
+//! write on an idle connection first checks the server has not closed it (the same rules as
+//! the sync path's, `thread_conns`).
 
 mod done;
 pub(in crate::transport) mod fifo;
 mod stream;
 
 use std::os::fd::RawFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::io::Interest;
@@ -39,6 +43,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Waiter {
     done: Done,
     deadline: Instant,
+    /// A plain read's bytes, written on an idle connection: sent once more on a new connection
+    /// if the server closed this one before answering.
+    replay: Option<Vec<u8>>,
 }
 
 enum Phase {
@@ -71,6 +78,8 @@ pub struct Conn {
     stats: Arc<Stats>,
     /// Counts the connection open once it is, until it is freed.
     open: std::sync::OnceLock<Open>,
+    /// Where a replayed read goes.
+    mux: Weak<Shared>,
 }
 
 impl Poller for Conn {
@@ -130,7 +139,8 @@ impl Conn {
         unasked.or(unreadable).map_or(Ok(()), Err)
     }
 
-    /// Fail every waiting command and mark the connection unusable.
+    /// Fail every waiting command and mark the connection unusable; a read kept for replay
+    /// (see `Waiter::replay`) goes to a new connection instead if the connection was lost.
     fn break_with(&self, err: &Error) {
         let failed = {
             let mut st = lock(&self.state);
@@ -146,8 +156,13 @@ impl Conn {
             // Wake the other task; the descriptor stays open until the Conn is freed.
             ffi::shutdown(stream.fd());
         }
+        let lost = matches!(err, Error::Connection(_));
+        let mux = self.mux.upgrade();
         for w in failed {
-            w.done.complete(Err(err.clone()));
+            match (w.replay, &mux) {
+                (Some(packed), Some(mux)) if lost => mux.replay(packed, w.done, w.deadline),
+                _ => w.done.complete(Err(err.clone())),
+            }
         }
     }
 }
@@ -173,7 +188,10 @@ impl Drop for BreakOnDrop {
 const EARLY_FLUSH: usize = 32;
 
 /// The multiplexed connection of one client, remade on demand.
-pub struct Mux {
+pub struct Mux(Arc<Shared>);
+
+/// A client's connection and its settings, shared with the connection (for replays).
+struct Shared {
     config: Arc<PlainConfig>,
     /// Per fork generation: a child leaks its parent's connection (its socket is registered
     /// with the parent's reactor, and touching it would disturb the parent).
@@ -182,11 +200,55 @@ pub struct Mux {
 
 impl Mux {
     pub fn new(config: Arc<PlainConfig>) -> Self {
-        Mux { config, current: PerFork::new() }
+        Mux(Arc::new(Shared { config, current: PerFork::new() }))
     }
 
+    /// Send packed commands; the outcome lands in `slot` (one value, or a list of them).
+    /// From an event loop's thread: while replies are outstanding, the bytes wait for the
+    /// loop's `flush_deferred` (what the loop's other tasks send meanwhile goes in the same
+    /// write); the returned flag says that flush must be scheduled. `replayable`: a plain
+    /// read, which may be sent again if the connection turns out closed.
+    pub fn submit(
+        &self,
+        packed: Vec<u8>,
+        replies: Replies,
+        replayable: bool,
+        slot: Arc<Slot>,
+        queue: Arc<LoopQueue>,
+    ) -> Result<(Arc<Conn>, bool)> {
+        // A lone command (nothing else of this loop in flight) is written at once: nothing
+        // would share its write, and the loop need not come round first. The others wait for
+        // the loop's own flush at the end of this iteration, with whatever its other tasks send
+        // meanwhile: one write and one server read for them all, and no I/O-thread wake-up
+        // (`EARLY_FLUSH` bounds how many wait). Waking the I/O thread to write each command in
+        // parallel with the loop, as this did while the host had a core free, cost more on
+        // every count measured: in real servers (granian ASGI, uvicorn) 2-19% fewer requests/s
+        // with the server reading 1.5-5x as often; in steady loops of 50 tasks fewer calls/s
+        // at 1.3-1.4x the client CPU per call.
+        let flusher = (queue.in_flight() > 0).then(|| Arc::clone(&queue));
+        let mode = if replayable { Idle::Replay } else { Idle::Check };
+        let done = Done::Loop { slot, queue };
+        let conn = self.0.conn()?;
+        Ok(self.0.submit_on(conn, packed, replies, done, flusher, mode, None))
+    }
+}
+
+/// What a command written on an idle connection does about the server having closed it
+/// unseen (the reader task has not yet read the end of the stream).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// A plain read: written at once, its bytes kept to send again if the connection is lost.
+    Replay,
+    /// Anything else: the socket is asked first (one system call, as the sync path does), and
+    /// a closed connection replaced before the command goes out.
+    Check,
+    /// A replay, or a write already checked once: sent as it is.
+    Send,
+}
+
+impl Shared {
     /// The live connection, or a new one being made.
-    fn conn(&self) -> Result<Arc<Conn>> {
+    fn conn(self: &Arc<Self>) -> Result<Arc<Conn>> {
         let mut current = lock(self.current.get());
         if let Some(conn) = current.as_ref() {
             if !matches!(lock(&conn.state).phase, Phase::Broken) {
@@ -211,66 +273,89 @@ impl Mux {
             addr: Arc::clone(&self.config.addr),
             stats: Arc::clone(&self.config.stats),
             open: std::sync::OnceLock::new(),
+            mux: Arc::downgrade(self),
         });
         runtime::get()?.spawn(connect(Arc::clone(&conn), Arc::clone(&self.config)));
         *current = Some(Arc::clone(&conn));
         Ok(conn)
     }
 
-    /// Send packed commands; the outcome lands in `slot` (one value, or a list of them).
-    /// From an event loop's thread: while replies are outstanding, the bytes wait for the
-    /// loop's `flush_deferred` (what the loop's other tasks send meanwhile goes in the same
-    /// write); the returned flag says that flush must be scheduled.
-    pub fn submit(
-        &self,
-        packed: &[u8],
-        replies: Replies,
-        slot: Arc<Slot>,
-        queue: Arc<LoopQueue>,
-    ) -> Result<(Arc<Conn>, bool)> {
-        // A lone command (nothing else of this loop in flight) is written at once: nothing
-        // would share its write, and the loop need not come round first. The others wait for
-        // the loop's own flush at the end of this iteration, with whatever its other tasks send
-        // meanwhile: one write and one server read for them all, and no I/O-thread wake-up
-        // (`EARLY_FLUSH` bounds how many wait). Waking the I/O thread to write each command in
-        // parallel with the loop, as this did while the host had a core free, cost more on
-        // every count measured: in real servers (granian ASGI, uvicorn) 2-19% fewer requests/s
-        // with the server reading 1.5-5x as often; in steady loops of 50 tasks fewer calls/s
-        // at 1.3-1.4x the client CPU per call.
-        let flusher = (queue.in_flight() > 0).then(|| Arc::clone(&queue));
-        self.submit_for(packed, replies, Done::Loop { slot, queue }, flusher)
+    /// Send a read kept for replay on a new connection, by the original deadline plus a
+    /// connect timeout (the bound of a command that finds its connection being made).
+    fn replay(self: &Arc<Self>, packed: Vec<u8>, done: Done, deadline: Instant) {
+        match self.conn() {
+            Ok(conn) => {
+                let deadline = Some(deadline + self.config.connect_timeout);
+                self.submit_on(conn, packed, Replies::One, done, None, Idle::Send, deadline);
+            }
+            Err(err) => done.complete(Err(err)),
+        }
     }
 
-    fn submit_for(
-        &self,
-        packed: &[u8],
+    /// `Mux::submit` on a given connection; `deadline` overrides the usual budget.
+    #[allow(clippy::too_many_arguments)]
+    fn submit_on(
+        self: &Arc<Self>,
+        conn: Arc<Conn>,
+        packed: Vec<u8>,
         replies: Replies,
         done: Done,
         flusher: Option<Arc<LoopQueue>>,
-    ) -> Result<(Arc<Conn>, bool)> {
+        idle: Idle,
+        deadline: Option<Instant>,
+    ) -> (Arc<Conn>, bool) {
         let defer = flusher.is_some();
-        let conn = self.conn()?;
         let mut st = lock(&conn.state);
+        let direct = matches!(st.phase, Phase::Ready(_))
+            && st.waiting.is_empty()
+            && !defer
+            && st.outbuf.is_empty()
+            && !st.writing;
+        if let (true, Idle::Check, Phase::Ready(fd)) = (direct, idle, &st.phase) {
+            if ffi::has_pending_input(*fd) {
+                // Idle, so anything to read is the end of the stream (or bytes nobody asked
+                // for): the server closed the connection and the reader has not seen it yet.
+                drop(st);
+                conn.break_with(&Error::Connection(format!(
+                    "Connection to Redis at {} was closed by the server",
+                    self.config.addr
+                )));
+                return match self.conn() {
+                    Ok(fresh) => {
+                        self.submit_on(fresh, packed, replies, done, flusher, Idle::Send, deadline)
+                    }
+                    Err(err) => {
+                        done.complete(Err(err));
+                        (conn, false)
+                    }
+                };
+            }
+        }
         let budget = match st.phase {
             Phase::Connecting => self.config.connect_timeout + self.config.response_timeout,
             _ => self.config.response_timeout,
         };
-        let was_idle = st.waiting.is_empty();
-        let waiter = Waiter { done, deadline: Instant::now() + budget };
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + budget);
+        let waiter = Waiter { done, deadline, replay: None };
         if let Some((w, nothing)) = st.waiting.push(waiter, replies) {
             drop(st);
             w.done.complete(Ok(nothing));
-            return Ok((conn, false));
+            return (conn, false);
         }
         let mut schedule = false;
         match st.phase {
-            Phase::Ready(fd) if was_idle && !defer && st.outbuf.is_empty() && !st.writing => {
+            Phase::Ready(fd) if direct => {
                 self.config.stats.sent(packed.len());
                 // Nothing in flight: write from this thread, saving a hop to the I/O thread.
-                let sent = ffi::send_nonblocking(fd, packed);
+                let sent = ffi::send_nonblocking(fd, &packed);
                 if sent < packed.len() {
                     st.outbuf.extend_from_slice(&packed[sent..]);
                     conn.wake_writer.notify_one();
+                }
+                if idle == Idle::Replay {
+                    if let Some(w) = st.waiting.back_mut() {
+                        w.replay = Some(packed);
+                    }
                 }
             }
             Phase::Ready(fd) => {
@@ -281,7 +366,7 @@ impl Mux {
                 if st.outbuf.is_empty() && !st.writing {
                     st.batched = 0;
                 }
-                st.outbuf.extend_from_slice(packed);
+                st.outbuf.extend_from_slice(&packed);
                 if !st.writing {
                     if let Some(queue) = flusher {
                         // Batch with whatever else this loop sends this iteration.
@@ -298,7 +383,7 @@ impl Mux {
             }
             Phase::Connecting => {
                 self.config.stats.sent(packed.len());
-                st.outbuf.extend_from_slice(packed);
+                st.outbuf.extend_from_slice(&packed);
             }
             Phase::Broken => {
                 let w = st.waiting.pop_back();
@@ -312,11 +397,11 @@ impl Mux {
                 if let Some(w) = w {
                     w.done.complete(Err(cause));
                 }
-                return Ok((conn, false));
+                return (conn, false);
             }
         }
         drop(st);
-        Ok((conn, schedule))
+        (conn, schedule)
     }
 }
 
@@ -402,7 +487,7 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
         }
         if unanswered > 0 {
             // The handshake's replies come first: read and dropped.
-            let waiter = Waiter { done: Done::Discard, deadline: answer_by };
+            let waiter = Waiter { done: Done::Discard, deadline: answer_by, replay: None };
             st.waiting.push_front(waiter, Replies::Many(unanswered));
         }
         if !st.outbuf.is_empty() {
