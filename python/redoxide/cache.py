@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
 from django.core.exceptions import ImproperlyConfigured
@@ -28,6 +28,7 @@ from redoxide._structures import StructuresMixin
 from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
 from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
+from redoxide.connection import Connection, reads_client
 from redoxide.exceptions import ConfigurationError
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
@@ -76,6 +77,26 @@ class RawClient:
     async def apipeline(self, *commands: tuple[str | bytes | int | float, ...]) -> list[Any]:
         """Run several commands in one round trip from async code."""
         return await self._client.pipeline(commands, _bridge())
+
+    @overload
+    def get_client(
+        self, write: bool = True, tried: Any = None, *, show_index: Literal[False] = False
+    ) -> Connection: ...
+    @overload
+    def get_client(
+        self, write: bool = True, tried: Any = None, *, show_index: Literal[True]
+    ) -> tuple[Connection, int]: ...
+    def get_client(
+        self, write: bool = True, tried: Any = None, show_index: bool = False
+    ) -> Connection | tuple[Connection, int]:
+        """django-redis' ``cache.client.get_client()``: redis-py's commands and replies on the
+        cache's connections (``redoxide.connection.Connection``, as get_redis_connection
+        returns). ``write=False``: on the node the cache reads from (a replica where
+        READ_FROM_REPLICAS reads from them). ``tried`` is accepted and ignored (redoxide
+        picks a replica that answers itself); ``show_index`` returns (client, 0)."""
+        client = self._client if write else reads_client(self._client)
+        connection = Connection(client)
+        return (connection, 0) if show_index else connection
 
 
 # The state of a backend made from given (LOCATION, params), with a copy of the params it came

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["Router"]
+__all__ = ["ReplicaReads", "Router"]
 
 
 class Router:
@@ -47,3 +47,26 @@ class Router:
 
     def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
         return self._write("pipeline", (list(commands),), bridge)
+
+    def replica_reads(self) -> ReplicaReads:
+        """Raw commands sent where this router's reads go (a replica, when it reads from
+        replicas): what ``get_client(write=False)`` runs on."""
+        return ReplicaReads(self)
+
+
+class ReplicaReads:
+    """A router's raw commands (execute / pipeline) routed as its get / get_many are: to a
+    replica that answers, or the primary when there is none. A write sent this way is the
+    replica's to refuse (READONLY), as on django-redis' read client."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def __repr__(self) -> str:
+        return f"<redoxide reads of {self._router!r}>"
+
+    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
+        return self._router._read("execute", (args,), bridge)
+
+    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
+        return self._router._read("pipeline", (list(commands),), bridge)

@@ -7,7 +7,14 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from redoxide.exceptions import CacheError, CacheTimeout
+from redoxide.exceptions import (
+    BusyError,
+    CacheError,
+    CacheTimeout,
+    LoadingError,
+    MasterDownError,
+    ResponseError,
+)
 from redoxide.plans import Step
 
 __all__ = ["REPLICA_DOWN_SECONDS", "ReplicaHealth"]
@@ -48,7 +55,14 @@ class ReplicaHealth:
         except CacheTimeout:
             self.mark_down(replica)
             raise
+        except (LoadingError, MasterDownError, BusyError):
+            # A replica loading its data, cut off from its primary, or running a script.
+            self.mark_down(replica)
+        except ResponseError:
+            # The command's own answer (WRONGTYPE, a syntax error, READONLY to a write sent
+            # through a read client): the primary would say the same; the replica is fine.
+            raise
         except CacheError:
-            # A replica that is down, loading, or cut off from its primary (MASTERDOWN).
+            # A replica that is down or unreachable.
             self.mark_down(replica)
         return (yield fallback)

@@ -206,7 +206,7 @@ class SentinelRouter(Router):
         if not self.primary.settled:
             return call(self.primary, name, args, bridge)
         self._reads.replicas = self.primary.replicas  # as last learnt
-        return call(self._reads, name, args, bridge)
+        return self._reads._read(name, args, bridge)
 
     def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
         return call(self.primary, name, args, bridge)

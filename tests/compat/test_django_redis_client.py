@@ -1,0 +1,261 @@
+"""django-redis' ``cache.client.get_client(write=...)`` and the redis-py commands user code sends
+through it (feeds in lists, rate limits in sorted sets, counters in hashes, INFO for a health
+page), each reply checked against redis-py's for the same call on the same server, sync,
+async and in a pipeline; ``write=False`` reads where the cache reads (a replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from redoxide import get_redis_connection
+from redoxide.connection import Connection
+from redoxide.exceptions import ResponseError, WrongTypeError
+from support.backend import build_cache, is_redoxide
+from support.dispatch import Ops
+from support.servers import RedisServer, SentinelSet
+
+pytestmark = pytest.mark.skipif(not is_redoxide(), reason="django-redis' API on redoxide")
+
+
+@pytest.fixture
+def default_cache(redis_server: RedisServer, cache: Any) -> Iterator[Any]:
+    """CACHES["default"] is redoxide on redis_server (flushed by the `cache` fixture)."""
+    from django.core.cache import caches
+
+    settings = {"default": {"BACKEND": "redoxide.RedisCache", "LOCATION": redis_server.url}}
+    with override_settings(CACHES=settings):
+        yield caches["default"]
+
+
+def test_get_client_is_get_redis_connection(default_cache: Any, redis_client: Any) -> None:
+    cache = default_cache
+    conn = cache.client.get_client()
+    assert isinstance(conn, Connection)
+    assert isinstance(get_redis_connection(), Connection)
+    cache.set("k", [1, 2])
+    assert conn.get(cache.make_key("k")) == redis_client.get(":1:k")
+    assert cache.client.get_client(write=False).get(cache.make_key("k")) == conn.get(":1:k")
+    client, index = cache.client.get_client(write=True, show_index=True)
+    assert isinstance(client, Connection) and index == 0
+    assert cache.client.get_client(True, None).ping() is True
+
+
+# The calls a site makes through get_client(), on an empty server: redis-py's reply is the
+# reference for each.
+SCRIPT: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    ("ping", (), {}),
+    ("mset", ({"a": 1, "b": b"\x00"},), {}),
+    ("mget", (["a", "b", "zz"],), {}),
+    ("mget", ("a", "b"), {}),
+    ("setex", ("e", 100, "v"), {}),
+    ("setex", ("e2", datetime.timedelta(seconds=50), "v"), {}),
+    ("setnx", ("e", "w"), {}),
+    ("setnx", ("new", "w"), {}),
+    ("getdel", ("new",), {}),
+    ("getdel", ("new",), {}),
+    ("decr", ("n",), {}),
+    ("decrby", ("n", 5), {}),
+    ("incrbyfloat", ("f", 1.5), {}),
+    ("append", ("s1", "ab"), {}),
+    ("strlen", ("s1",), {}),
+    ("pexpire", ("a", 100_000), {}),
+    ("expireat", ("b", datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)), {}),
+    ("persist", ("b",), {}),
+    ("persist", ("zz",), {}),
+    ("type", ("a",), {}),
+    ("type", ("zz",), {}),
+    ("rename", ("s1", "s2"), {}),
+    ("touch", ("a", "s2", "zz"), {}),
+    ("unlink", ("s2", "zz"), {}),
+    ("hset", ("h",), {"mapping": {"x": 1, "y": 2}}),
+    ("hmget", ("h", ["x", "zz"]), {}),
+    ("hmget", ("h", "x", "y"), {}),
+    ("hexists", ("h", "x"), {}),
+    ("hexists", ("h", "zz"), {}),
+    ("hincrby", ("h", "x", 5), {}),
+    ("hincrbyfloat", ("h", "y", 0.5), {}),
+    ("hsetnx", ("h", "x", 9), {}),
+    ("hsetnx", ("h", "z", 9), {}),
+    ("hlen", ("h",), {}),
+    ("hkeys", ("h",), {}),
+    ("hvals", ("h",), {}),
+    ("hdel", ("h", "z", "zz"), {}),
+    ("lpush", ("feed", 1, 2, 3), {}),
+    ("rpush", ("feed", "r"), {}),
+    ("lpushx", ("nolist", 1), {}),
+    ("rpushx", ("feed", "rx"), {}),
+    ("lrange", ("feed", 0, -1), {}),
+    ("llen", ("feed",), {}),
+    ("lindex", ("feed", 1), {}),
+    ("lindex", ("feed", 99), {}),
+    ("lset", ("feed", 0, "first"), {}),
+    ("linsert", ("feed", "BEFORE", "r", "before-r"), {}),
+    ("lpos", ("feed", "r"), {}),
+    ("lpos", ("feed", "zz"), {}),
+    ("lpos", ("feed", "r"), {"rank": 1, "count": 2, "maxlen": 10}),
+    ("lrem", ("feed", 0, "2"), {}),
+    ("lmove", ("feed", "other"), {}),
+    ("lmove", ("feed", "other", "RIGHT", "LEFT"), {}),
+    ("ltrim", ("feed", 0, 1), {}),
+    ("lpop", ("feed",), {}),
+    ("rpop", ("other", 2), {}),
+    ("lpop", ("nolist",), {}),
+    ("sadd", ("set", "a", "b", "c"), {}),
+    ("srem", ("set", "c", "zz"), {}),
+    ("scard", ("set",), {}),
+    ("sismember", ("set", "a"), {}),
+    ("sismember", ("set", "zz"), {}),
+    ("srandmember", ("noset",), {}),
+    ("spop", ("noset",), {}),
+    ("zadd", ("z", {"a": 1, "b": 2, "c": 3}), {}),
+    ("zrevrange", ("z", 0, -1), {}),
+    ("zrevrange", ("z", 0, 0), {"withscores": True}),
+    ("zrangebyscore", ("z", 1, "+inf"), {}),
+    ("zrangebyscore", ("z", "-inf", 2), {"withscores": True}),
+    ("zrangebyscore", ("z", 0, 10), {"start": 1, "num": 1}),
+    ("zcount", ("z", 2, 3), {}),
+    ("zscore", ("z", "b"), {}),
+    ("zscore", ("z", "zz"), {}),
+    ("zincrby", ("z", 2.5, "a"), {}),
+    ("zrank", ("z", "a"), {}),
+    ("zrank", ("z", "zz"), {}),
+    ("zrem", ("z", "c", "zz"), {}),
+    ("zcard", ("z",), {}),
+    ("zremrangebyscore", ("z", 0, 2), {}),
+    ("zremrangebyrank", ("z", 0, 0), {}),
+    ("publish", ("channel", "hello"), {}),
+    ("dbsize", (), {}),
+    ("flushdb", (), {}),
+    ("dbsize", (), {}),
+]
+
+
+def run_script(client: Any) -> list[Any]:
+    return [getattr(client, name)(*args, **kwargs) for name, args, kwargs in SCRIPT]
+
+
+def test_replies_match_redis_py(
+    default_cache: Any, redis_server: RedisServer, redis_client: Any, mode: str
+) -> None:
+    expected = run_script(redis_client)
+    redis_server.flushall()
+    assert run_script(Ops(default_cache.client.get_client(), mode)) == expected
+
+
+def test_a_pipeline_of_them_matches_redis_py(
+    default_cache: Any, redis_server: RedisServer, redis_client: Any
+) -> None:
+    def queue(client: Any) -> Any:
+        pipe = client.pipeline(transaction=False)
+        for name, args, kwargs in SCRIPT:
+            getattr(pipe, name)(*args, **kwargs)
+        return pipe
+
+    expected = queue(redis_client).execute()
+    redis_server.flushall()
+    conn = default_cache.client.get_client()
+    assert queue(conn).execute() == expected
+    redis_server.flushall()
+    assert asyncio.run(queue(conn).aexecute()) == expected
+
+
+def test_a_rate_limit_window_in_one_transaction(default_cache: Any) -> None:
+    # The shape of a sliding-window limiter seen in public code: MULTI / EXEC of four commands.
+    pipe = default_cache.client.get_client().pipeline()
+    now = 1_000.0
+    pipe.zremrangebyscore("rl:ip", 0, now - 60)
+    pipe.zadd("rl:ip", {str(now): now})
+    pipe.zcard("rl:ip")
+    pipe.expire("rl:ip", 60)
+    assert pipe.execute() == [0, 1, 1, True]
+
+
+def test_info_parses_as_redis_py_does(default_cache: Any, redis_client: Any) -> None:
+    conn = default_cache.client.get_client()
+    ours, theirs = conn.info(), redis_client.info()
+    assert ours["redis_version"] == theirs["redis_version"]
+    assert set(ours) - {"__raw__"} == set(theirs) - {"__raw__"}
+    for field in ("tcp_port", "maxmemory", "role", "mem_fragmentation_ratio"):
+        assert type(ours[field]) is type(theirs[field]), field
+    stats = conn.info("commandstats")
+    assert isinstance(stats["cmdstat_info"], dict) and stats["cmdstat_info"]["calls"] >= 1
+
+
+def test_async_twins_are_coroutine_functions(default_cache: Any) -> None:
+    conn = default_cache.client.get_client()
+
+    async def main() -> list[Any]:
+        task = asyncio.create_task(conn.alpush("q", "a"))
+        return [await task, await conn.allen("q"), await conn.arpop("q")]
+
+    assert asyncio.run(main()) == [1, 1, b"a"]
+    assert conn.alpush.__name__ == "alpush"
+
+
+def _role(conn: Connection) -> str:
+    return str(conn.info("replication")["role"])
+
+
+def test_write_false_reads_from_a_replica(
+    replica_set: tuple[RedisServer, list[RedisServer]],
+) -> None:
+    primary, replicas = replica_set
+    cache = build_cache([primary.url] + [r.url for r in replicas], {})
+    assert _role(cache.client.get_client()) == "master"
+    reads = cache.client.get_client(write=False)
+    assert {_role(reads) for _ in range(4)} == {"slave"}
+    assert asyncio.run(reads.aexecute_command("ROLE"))[0] == b"slave"
+    with pytest.raises(ResponseError, match="READONLY"):
+        reads.set("k", "v")
+    cache.client.get_client().set("k", "v")
+    cache.client.get_client().rpush("list", "a")
+    cache.client.execute("WAIT", 2, 2000)
+    assert reads.get("k") == b"v"
+    # A command's own error reply is its answer: the replica is not left out for it.
+    for _ in range(4):
+        with pytest.raises(WrongTypeError):
+            reads.get("list")
+    assert {_role(reads) for _ in range(4)} == {"slave"}
+
+
+def test_write_false_stays_on_the_primary_when_replicas_are_not_read(
+    replica_set: tuple[RedisServer, list[RedisServer]],
+) -> None:
+    primary, replicas = replica_set
+    locations = [primary.url] + [r.url for r in replicas]
+    cache = build_cache(locations, {"OPTIONS": {"READ_FROM_REPLICAS": False}})
+    assert _role(cache.client.get_client(write=False)) == "master"
+
+
+def test_write_false_on_sentinel_reads_from_a_replica(sentinel_set: SentinelSet) -> None:
+    cache = build_cache(
+        f"redis://{sentinel_set.service}/0",
+        {"OPTIONS": {"SENTINELS": sentinel_set.sentinel_addresses, "READ_FROM_REPLICAS": True}},
+    )
+    cache.set("warm", 1)  # the router learns the primary and its replicas
+    assert _role(cache.client.get_client()) == "master"
+    assert _role(cache.client.get_client(write=False)) == "slave"
+
+
+def test_get_redis_connection_write_false_is_get_client_write_false(
+    replica_set: tuple[RedisServer, list[RedisServer]],
+) -> None:
+    from django.core.cache import caches
+
+    primary, replicas = replica_set
+    settings = {
+        "default": {
+            "BACKEND": "redoxide.RedisCache",
+            "LOCATION": [primary.url] + [r.url for r in replicas],
+        }
+    }
+    with override_settings(CACHES=settings):
+        assert _role(get_redis_connection(write=False)) == "slave"
+        assert _role(get_redis_connection()) == "master"
+        assert isinstance(caches["default"].client.get_client(False), Connection)
