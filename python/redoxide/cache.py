@@ -206,13 +206,19 @@ class RedisCache(
             config.ignore_exception_classes,
             config.log_ignored_exceptions,
             config.logger_name,
+            config.exception_handler,
+            config.ignored_log_level,
         )
         #: Caught around every call; re-raised by _failed unless fail-open covers them.
         self._FAIL_OPEN_ERRORS = fail_open.errors
-        self._failed = fail_open.failed
         self._fail_open = fail_open
         if config.tracing:
             tracing.adopt(self)
+
+    def _failed(self, exc: BaseException, fallback: Any) -> Any:
+        """An error caught around a call: re-raised, or under fail-open the fallback (the
+        exception handler, if any, gets this cache and the error first)."""
+        return self._fail_open.failed(exc, fallback, self)
 
     def __repr__(self) -> str:
         servers = ", ".join(self._config.display_servers)

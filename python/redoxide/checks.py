@@ -248,7 +248,11 @@ def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
         yield _warning("W002", alias, "the server's TLS certificate is not verified.")
     elif tls.get("tls_check_hostname") is False:
         yield _warning("W003", alias, "the server's TLS certificate need not name its host.")
-    if config.ignore_exceptions and not config.log_ignored_exceptions:
+    if (
+        config.ignore_exceptions
+        and not config.log_ignored_exceptions
+        and config.exception_handler is None
+    ):
         yield _warning(
             "W004", alias, "IGNORE_EXCEPTIONS turns errors into misses, and none is logged."
         )

@@ -4,8 +4,10 @@ raises ImproperlyConfigured naming the option."""
 
 from __future__ import annotations
 
+import logging
 import math
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -41,6 +43,8 @@ _ALIASES = {
     "IGNORE_EXCEPTIONS": "ignore_exceptions",
     "LOG_IGNORED_EXCEPTIONS": "log_ignored_exceptions",
     "IGNORE_EXCEPTION_CLASSES": "ignore_exception_classes",
+    "EXCEPTION_HANDLER": "exception_handler",
+    "LOG_IGNORED_EXCEPTIONS_LEVEL": "ignored_log_level",
     "STAMPEDE_PROTECTION": "stampede_protection",
     "CLEAR_PREFIX_ONLY": "clear_prefix_only",
     "STAMPEDE_WINDOW": "stampede_window",
@@ -88,6 +92,11 @@ class Config:
     #: What fail-open turns into a miss (never server error replies).
     ignore_exception_classes: tuple[type[BaseException], ...] = FAIL_OPEN_ERRORS
     logger_name: str = "redoxide"
+    #: Called as handler(cache, exception) for each error fail-open would ignore, instead of
+    #: the log; it may re-raise (EXCEPTION_HANDLER, DJANGO_REDIS_EXCEPTION_HANDLER).
+    exception_handler: Callable[[Any, BaseException], Any] | None = None
+    #: The level ignored errors are logged at (LOG_IGNORED_EXCEPTIONS_LEVEL).
+    ignored_log_level: int = logging.ERROR
     #: clear() deletes only this cache's keys (SCAN + UNLINK) instead of FLUSHDB.
     clear_prefix_only: bool = False
     #: get_or_set: one caller recomputes (see RedisCache._get_or_set_guarded).
@@ -491,6 +500,44 @@ def _behaviour(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, An
         kwargs["ignore_exception_classes"] = _exception_classes(
             names["ignore_exception_classes"], opts["ignore_exception_classes"]
         )
+    _error_policy(settings, opts, names, kwargs)
+
+
+_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40, "CRITICAL": 50}
+
+
+def _error_policy(
+    settings: Any, opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]
+) -> None:
+    """EXCEPTION_HANDLER (OPTIONS, else DJANGO_REDIS_EXCEPTION_HANDLER): a callable or its
+    dotted path; LOG_IGNORED_EXCEPTIONS_LEVEL: a logging level, by name or number."""
+    if "exception_handler" in opts:
+        where, handler = f"OPTIONS[{names['exception_handler']!r}]", opts["exception_handler"]
+    else:
+        where = "DJANGO_REDIS_EXCEPTION_HANDLER"
+        handler = _setting(settings, "DJANGO_REDIS_EXCEPTION_HANDLER", None)
+    if isinstance(handler, str):
+        try:
+            handler = import_string(handler)
+        except ImportError as exc:
+            raise ConfigurationError(f"redoxide: {where} cannot import {handler!r}: {exc}") from exc
+    if handler is not None and not callable(handler):
+        raise ConfigurationError(
+            f"redoxide: {where} must be a callable (cache, exception) or its dotted path, "
+            f"not {handler!r}"
+        )
+    kwargs["exception_handler"] = handler
+    if "ignored_log_level" in opts:
+        level = opts["ignored_log_level"]
+        if isinstance(level, str) and level.upper() in _LEVELS:
+            level = _LEVELS[level.upper()]
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 50:
+            raise _fail(
+                names["ignored_log_level"],
+                f"must be a logging level (DEBUG, INFO, WARNING, ERROR, CRITICAL or 0-50), "
+                f"not {opts['ignored_log_level']!r}",
+            )
+        kwargs["ignored_log_level"] = level
 
 
 def parse_config(location: Any, options: dict[str, Any] | None) -> Config:

@@ -118,9 +118,10 @@ class Computed:
 
 
 class FailOpen:
-    """IGNORE_EXCEPTIONS: which errors become the caller's fallback, and whether to log them."""
+    """IGNORE_EXCEPTIONS: which errors become the caller's fallback, who decides about each
+    (EXCEPTION_HANDLER), and whether and how loudly to log them."""
 
-    __slots__ = ("_counting", "enabled", "errors", "ignored", "log", "logger")
+    __slots__ = ("_counting", "enabled", "errors", "handler", "ignored", "level", "log", "logger")
 
     def __init__(
         self,
@@ -128,6 +129,8 @@ class FailOpen:
         errors: tuple[type[BaseException], ...] = FAIL_OPEN_ERRORS,
         log: bool = False,
         logger_name: str = "redoxide",
+        handler: Callable[[Any, BaseException], Any] | None = None,
+        level: int = logging.ERROR,
     ) -> None:
         self.enabled = enabled
         #: Caught around every call (fail-open or not), so the hot path needs one except
@@ -135,18 +138,25 @@ class FailOpen:
         self.errors = errors
         self.log = log
         self.logger = logging.getLogger(logger_name)
+        self.handler = handler
+        self.level = level
         #: Calls answered by their fallback (cache.stats()'s fail_open_misses).
         self.ignored = 0
         # Shared by every instance of a configuration, so by threads: `+=` is a read and a
         # write, which only the GIL kept whole (the failure path can afford the lock).
         self._counting = threading.Lock()
 
-    def failed(self, exc: BaseException, fallback: Any) -> Any:
-        """Re-raise `exc`, or under IGNORE_EXCEPTIONS log it and return the fallback."""
+    def failed(self, exc: BaseException, fallback: Any, cache: Any = None) -> Any:
+        """Re-raise `exc`, or under IGNORE_EXCEPTIONS hand it to the handler (which may raise
+        instead) or log it, and return the fallback."""
         if not (self.enabled and isinstance(exc, self.errors)):
             raise exc
+        if self.handler is not None:
+            # django-redis' convention: handler(cache, exception) replaces the log; whatever
+            # it raises reaches the caller as it is.
+            self.handler(cache, exc)
+        elif self.log:
+            self.logger.log(self.level, "redoxide: ignored %s: %s", type(exc).__name__, exc)
         with self._counting:
             self.ignored += 1
-        if self.log:
-            self.logger.error("redoxide: ignored %s: %s", type(exc).__name__, exc)
         return fallback() if isinstance(fallback, Computed) else fallback

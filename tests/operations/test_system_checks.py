@@ -179,6 +179,10 @@ def test_deploy_warns_about_fail_open_without_logging(project: Use) -> None:
     assert ids(check_deployment()) == ["redoxide.W004"]
     project({"default": redoxide(url, IGNORE_EXCEPTIONS=True, LOG_IGNORED_EXCEPTIONS=True)})
     assert ids(check_deployment()) == []
+    # An exception handler decides about each ignored error (and logs as it likes).
+    handler = "logging.captureWarnings"  # any importable callable
+    project({"default": redoxide(url, IGNORE_EXCEPTIONS=True, EXCEPTION_HANDLER=handler)})
+    assert ids(check_deployment()) == []
 
 
 def test_deploy_warns_when_clear_would_flush_a_database_other_caches_use(project: Use) -> None:
