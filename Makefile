@@ -33,7 +33,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-matrix sid-pythons test-py314 test-py315 sid-clean wheel-x86_64 wheel-aarch64 test-arm64 bench-py314 test-redis62 test-topologies test-near-contract test-valkey lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
+.PHONY: help install build test test-matrix sid-pythons test-py314 test-py315 sid-clean wheel-x86_64 wheel-aarch64 test-arm64 bench-py314 test-redis62 test-topologies test-near-contract test-valkey test-django-redis lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -111,6 +111,9 @@ sid-clean: ## Unmount and remove the sid interpreters' folder (.sid)
 MATRIX ?= 5.2:3.10 5.2:3.14 6.0:3.12 6.0:3.14 6.1:3.12 6.1:3.13
 MATRIX_DIR := .venv-matrix
 PYENV_ROOT_DIR := $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
+
+test-django-redis: install ## django-redis 7.0's own tests (from its sdist) with BACKEND swapped to redoxide, every settings variant it ships that redoxide supports
+	$(PY) scripts/django_redis_suite.py
 
 test-matrix: install $(SID_STAMP) ## Django's contract and the async contract on Django 5.2, 6.0, 6.1, oldest and newest Python each
 	@set -e; for combo in $(MATRIX); do \

@@ -55,12 +55,29 @@ _BUILTIN_SERIALIZERS = frozenset(
 
 
 class RawClient:
-    """Any Redis command through the cache's own connections (no key making, no encoding)."""
+    """Any Redis command through the cache's own connections (no key making, no encoding),
+    and what of django-redis' DefaultClient user code calls: get_client, make_key, encode,
+    decode."""
 
-    __slots__ = ("_client",)
+    __slots__ = ("_cache", "_client")
 
-    def __init__(self, client: ClientLike) -> None:
-        self._client = client
+    def __init__(self, cache: RedisCache) -> None:
+        self._cache = cache
+        self._client = cache._client
+
+    def make_key(self, key: Any, version: int | None = None) -> str:
+        """The key as stored (KEY_PREFIX:VERSION:key, or KEY_FUNCTION's), as django-redis'
+        ``cache.client.make_key``."""
+        return self._cache.make_key(key, version)
+
+    def encode(self, value: Any) -> bytes:
+        """A value's bytes as the cache stores them (ints raw, the rest serialized and maybe
+        compressed), for raw commands that write cache values."""
+        return self._cache._encode(value)
+
+    def decode(self, value: bytes) -> Any:
+        """The value stored as these bytes, as the cache reads it."""
+        return self._cache._decode(value, None)
 
     def execute(self, *args: str | bytes | int | float) -> Any:
         """Run one command and return its reply (bytes, int, list, None, True for OK)."""
@@ -538,7 +555,7 @@ class RedisCache(
     def client(self) -> RawClient:
         """Commands redoxide does not wrap, on the same connections: ``cache.client.execute(
         "HINCRBY", cache.make_key("h"), "f", 1)`` and ``await cache.client.aexecute(...)``."""
-        return RawClient(self._client)
+        return RawClient(self)
 
     def stats(self) -> dict[str, Any]:
         """Return what this cache's servers were asked and answered, as a plain dict: calls,

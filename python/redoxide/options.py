@@ -50,6 +50,7 @@ _ALIASES = {
     "STAMPEDE_WINDOW": "stampede_window",
     "STAMPEDE_LOCK_TIMEOUT": "stampede_lock_timeout",
     "CLIENT_CLASS": "client_class",
+    "CONNECTION_FACTORY": "connection_factory",
     "CLUSTER": "cluster",
     "READ_FROM_REPLICAS": "read_from_replicas",
     "SENTINELS": "sentinels",
@@ -71,6 +72,12 @@ _CANONICAL = frozenset(_ALIASES.values())
 _IGNORED = frozenset({"pool_class", "parser_class", "pool_kwargs"})
 _ACCEPTED_CLIENT_CLASSES = frozenset(
     {"django_redis.client.DefaultClient", "django_redis.client.SentinelClient"}
+)
+# django-redis' own connection factories: what they choose (plain or Sentinel connections),
+# redoxide reads from LOCATION and SENTINELS. A factory of the user's own is refused: it would
+# do something redoxide cannot.
+_ACCEPTED_FACTORIES = frozenset(
+    {"django_redis.pool.ConnectionFactory", "django_redis.pool.SentinelConnectionFactory"}
 )
 TOPOLOGIES = ("standalone", "replicas", "sentinel", "cluster")
 
@@ -540,6 +547,28 @@ def _error_policy(
         kwargs["ignored_log_level"] = level
 
 
+def _dotted(value: Any) -> Any:
+    return f"{value.__module__}.{value.__qualname__}" if isinstance(value, type) else value
+
+
+def _refuse_foreign_factory(opts: dict[str, Any], names: dict[str, str]) -> None:
+    """OPTIONS["CONNECTION_FACTORY"] / DJANGO_REDIS_CONNECTION_FACTORY: django-redis' own are
+    accepted and ignored, any other refused by name."""
+    from django.conf import settings
+
+    if "connection_factory" in opts:
+        where, factory = f"OPTIONS[{names['connection_factory']!r}]", opts["connection_factory"]
+    else:
+        where = "DJANGO_REDIS_CONNECTION_FACTORY"
+        factory = _setting(settings, "DJANGO_REDIS_CONNECTION_FACTORY", None)
+    if factory is not None and _dotted(factory) not in _ACCEPTED_FACTORIES:
+        raise ConfigurationError(
+            f"redoxide: {where} {factory!r} is not supported: redoxide makes its own "
+            "connections (django_redis.pool.ConnectionFactory and SentinelConnectionFactory "
+            "are accepted and ignored; Sentinel comes from OPTIONS['SENTINELS'])"
+        )
+
+
 def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     """Validate LOCATION and OPTIONS and return the typed configuration."""
     servers = parse_location(location)
@@ -553,6 +582,7 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     kwargs["tls"] = tls_settings(opts, names, servers)
     if "near_cache" in opts:
         kwargs["near_cache"] = parse_near_cache(names["near_cache"], opts["near_cache"])
+    _refuse_foreign_factory(opts, names)
     if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:
         raise _fail(
             names["client_class"],

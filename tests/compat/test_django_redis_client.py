@@ -259,3 +259,22 @@ def test_get_redis_connection_write_false_is_get_client_write_false(
         assert _role(get_redis_connection(write=False)) == "slave"
         assert _role(get_redis_connection()) == "master"
         assert isinstance(caches["default"].client.get_client(False), Connection)
+
+
+def test_make_key_encode_decode_as_django_redis_client(
+    default_cache: Any, redis_client: Any
+) -> None:
+    cache = default_cache
+    client = cache.client
+    assert client.make_key("k") == ":1:k" == cache.make_key("k")
+    assert client.make_key("k", version=3) == ":3:k"
+    assert client.encode(7) == b"7"  # ints raw
+    cache.set("d", {"a": [1]})
+    stored = redis_client.get(":1:d")
+    assert client.encode({"a": [1]}) == stored
+    assert client.decode(stored) == {"a": [1]}
+    # A raw pipeline of cache values, as django-redis users write one.
+    pipe = client.get_client().pipeline()
+    pipe.set(client.make_key("p"), client.encode("v"), ex=60)
+    pipe.execute()
+    assert cache.get("p") == "v"

@@ -407,6 +407,7 @@ def test_location_that_does_not_parse_fails_at_startup(location: Any) -> None:
         ("DB", 1.5),
         ("PICKLE_VERSION", True),
         ("CLIENT_CLASS", "django_redis.client.ShardClient"),
+        ("CONNECTION_FACTORY", "myproject.redis.MyConnectionFactory"),
     ],
 )
 def test_option_of_the_wrong_type_fails_at_startup_naming_it(name: str, value: Any) -> None:
@@ -453,3 +454,21 @@ def test_extreme_socket_timeouts_are_rejected(value: float) -> None:
 
     with pytest.raises(ImproperlyConfigured, match="SOCKET_TIMEOUT"):
         build_cache("redis://127.0.0.1:1/0", {"OPTIONS": {"SOCKET_TIMEOUT": value}}).get("k")
+
+
+@redoxide_only
+def test_django_redis_connection_factories_are_accepted_and_ignored() -> None:
+    from django.test import override_settings
+    from redoxide.exceptions import ConfigurationError
+    from redoxide.options import parse_config
+
+    for factory in (
+        "django_redis.pool.ConnectionFactory",
+        "django_redis.pool.SentinelConnectionFactory",
+    ):
+        assert parse_config(DOWN, {"CONNECTION_FACTORY": factory}).servers
+        with override_settings(DJANGO_REDIS_CONNECTION_FACTORY=factory):
+            assert parse_config(DOWN, {}).servers
+    foreign = override_settings(DJANGO_REDIS_CONNECTION_FACTORY="myproject.Factory")
+    with foreign, pytest.raises(ConfigurationError, match="DJANGO_REDIS_CONNECTION_FACTORY"):
+        parse_config(DOWN, {})
