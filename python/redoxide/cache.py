@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache, default_key_func
 from django.core.exceptions import ImproperlyConfigured
@@ -28,7 +28,7 @@ from redoxide._structures import StructuresMixin
 from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
 from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
-from redoxide.connection import Connection, reads_client
+from redoxide.connection import RawClient
 from redoxide.exceptions import ConfigurationError
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
@@ -52,68 +52,6 @@ T = TypeVar("T")
 _BUILTIN_SERIALIZERS = frozenset(
     {PickleSerializer, JSONSerializer, MsgPackSerializer, SignedSerializer}
 )
-
-
-class RawClient:
-    """Any Redis command through the cache's own connections (no key making, no encoding),
-    and what of django-redis' DefaultClient user code calls: get_client, make_key, encode,
-    decode."""
-
-    __slots__ = ("_cache", "_client")
-
-    def __init__(self, cache: RedisCache) -> None:
-        self._cache = cache
-        self._client = cache._client
-
-    def make_key(self, key: Any, version: int | None = None) -> str:
-        """The key as stored (KEY_PREFIX:VERSION:key, or KEY_FUNCTION's), as django-redis'
-        ``cache.client.make_key``."""
-        return self._cache.make_key(key, version)
-
-    def encode(self, value: Any) -> bytes:
-        """A value's bytes as the cache stores them (ints raw, the rest serialized and maybe
-        compressed), for raw commands that write cache values."""
-        return self._cache._encode(value)
-
-    def decode(self, value: bytes) -> Any:
-        """The value stored as these bytes, as the cache reads it."""
-        return self._cache._decode(value, None)
-
-    def execute(self, *args: str | bytes | int | float) -> Any:
-        """Run one command and return its reply (bytes, int, list, None, True for OK)."""
-        return self._client.execute(args)
-
-    async def aexecute(self, *args: str | bytes | int | float) -> Any:
-        """Run one command from async code."""
-        return await self._client.execute(args, _bridge())
-
-    def pipeline(self, *commands: tuple[str | bytes | int | float, ...]) -> list[Any]:
-        """Run several commands in one round trip (not a transaction); return the replies."""
-        return self._client.pipeline(commands)
-
-    async def apipeline(self, *commands: tuple[str | bytes | int | float, ...]) -> list[Any]:
-        """Run several commands in one round trip from async code."""
-        return await self._client.pipeline(commands, _bridge())
-
-    @overload
-    def get_client(
-        self, write: bool = True, tried: Any = None, *, show_index: Literal[False] = False
-    ) -> Connection: ...
-    @overload
-    def get_client(
-        self, write: bool = True, tried: Any = None, *, show_index: Literal[True]
-    ) -> tuple[Connection, int]: ...
-    def get_client(
-        self, write: bool = True, tried: Any = None, show_index: bool = False
-    ) -> Connection | tuple[Connection, int]:
-        """django-redis' ``cache.client.get_client()``: redis-py's commands and replies on the
-        cache's connections (``redoxide.connection.Connection``, as get_redis_connection
-        returns). ``write=False``: on the node the cache reads from (a replica where
-        READ_FROM_REPLICAS reads from them). ``tried`` is accepted and ignored (redoxide
-        picks a replica that answers itself); ``show_index`` returns (client, 0)."""
-        client = self._client if write else reads_client(self._client)
-        connection = Connection(client)
-        return (connection, 0) if show_index else connection
 
 
 # The state of a backend made from given (LOCATION, params), with a copy of the params it came

@@ -15,14 +15,14 @@ cache reads (a replica). IGNORE_EXCEPTIONS does not apply, as with django-redis'
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._protocols import Arg, ClientLike
 from redoxide._raw_commands import Commands, Convert, Key, scan_command
 
-__all__ = ["Connection", "Pipeline", "get_redis_connection", "reads_client"]
+__all__ = ["Connection", "Pipeline", "RawClient", "get_redis_connection", "reads_client"]
 
 
 def _as_is(reply: Any) -> Any:
@@ -273,6 +273,69 @@ def reads_client(client: ClientLike) -> ClientLike:
     return client if replica_reads is None else replica_reads()
 
 
+class RawClient:
+    """``cache.client``: any Redis command through the cache's own connections (no key making,
+    no encoding), and what of django-redis' DefaultClient user code calls: get_client,
+    make_key, encode, decode."""
+
+    __slots__ = ("_cache", "_client")
+
+    def __init__(self, cache: Any) -> None:
+        # `cache` is a redoxide RedisCache (not imported here: redoxide.cache imports this).
+        self._cache = cache
+        self._client: ClientLike = cache._client
+
+    def make_key(self, key: Any, version: int | None = None) -> str:
+        """The key as stored (KEY_PREFIX:VERSION:key, or KEY_FUNCTION's), as django-redis'
+        ``cache.client.make_key``."""
+        return str(self._cache.make_key(key, version))
+
+    def encode(self, value: Any) -> bytes:
+        """A value's bytes as the cache stores them (ints raw, the rest serialized and maybe
+        compressed), for raw commands that write cache values."""
+        return bytes(self._cache._encode(value))
+
+    def decode(self, value: bytes) -> Any:
+        """The value stored as these bytes, as the cache reads it."""
+        return self._cache._decode(value, None)
+
+    def execute(self, *args: Arg) -> Any:
+        """Run one command and return its reply (bytes, int, list, None, True for OK)."""
+        return self._client.execute(args)
+
+    async def aexecute(self, *args: Arg) -> Any:
+        """Run one command from async code."""
+        return await self._client.execute(args, _bridge())
+
+    def pipeline(self, *commands: tuple[Arg, ...]) -> list[Any]:
+        """Run several commands in one round trip (not a transaction); return the replies."""
+        return self._client.pipeline(commands)
+
+    async def apipeline(self, *commands: tuple[Arg, ...]) -> list[Any]:
+        """Run several commands in one round trip from async code."""
+        return await self._client.pipeline(commands, _bridge())
+
+    @overload
+    def get_client(
+        self, write: bool = True, tried: Any = None, *, show_index: Literal[False] = False
+    ) -> Connection: ...
+    @overload
+    def get_client(
+        self, write: bool = True, tried: Any = None, *, show_index: Literal[True]
+    ) -> tuple[Connection, int]: ...
+    def get_client(
+        self, write: bool = True, tried: Any = None, show_index: bool = False
+    ) -> Connection | tuple[Connection, int]:
+        """django-redis' ``cache.client.get_client()``: redis-py's commands and replies on the
+        cache's connections (a Connection, as get_redis_connection returns). ``write=False``:
+        on the node the cache reads from (a replica where READ_FROM_REPLICAS reads from
+        them). ``tried`` is accepted and ignored (redoxide picks a replica that answers
+        itself); ``show_index`` returns (client, 0)."""
+        client = self._client if write else reads_client(self._client)
+        connection = Connection(client)
+        return (connection, 0) if show_index else connection
+
+
 def get_redis_connection(alias: str = "default", write: bool = True) -> Connection:
     """Return raw commands on the client of the redoxide cache CACHES[alias].
 
@@ -284,14 +347,14 @@ def get_redis_connection(alias: str = "default", write: bool = True) -> Connecti
     """
     from django.core.cache import caches
 
-    from redoxide.cache import RedisCache
-
     cache = caches[alias]
-    if not isinstance(cache, RedisCache):
+    # A redoxide cache's `client` is a RawClient (one with refused settings raises why).
+    raw = getattr(cache, "client", None)
+    if not isinstance(raw, RawClient):
         backend = f"{type(cache).__module__}.{type(cache).__qualname__}"
         # NotImplementedError, as django-redis raises for a backend without raw connections.
         raise NotImplementedError(
             f"redoxide: get_redis_connection({alias!r}) needs a redoxide cache, but "
             f"CACHES[{alias!r}] is {backend}"
         )
-    return cache.client.get_client(write=write)
+    return raw.get_client(write=write)
