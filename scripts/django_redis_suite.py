@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +32,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.servers import RedisServer, SentinelSet, free_port  # noqa: E402
 
 VERSION = "7.0.0"
+#: Variants run at once: their tests mostly wait (expiry sleeps), so three share two cores.
+PARALLEL = 3
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "redoxide" / "django-redis"
 
 #: Their settings variants we run, and the ones we do not (with why).
@@ -132,17 +135,19 @@ def rewrite_settings(
         path.write_text(text)
 
 
-def restrict_variants(conftest: Path, variants: list[str]) -> None:
+def variant_from_environment(conftest: Path) -> None:
+    """Their conftest parametrizes every test over all twelve variants; here each pytest
+    process runs the one named by REDOXIDE_DJR_VARIANT (their conftest imports environ)."""
     text = conftest.read_text()
     start = text.index("settings = [")
     end = text.index("]", start) + 1
-    conftest.write_text(text[:start] + f"settings = {variants!r}" + text[end:])
+    conftest.write_text(text[:start] + 'settings = [environ["REDOXIDE_DJR_VARIANT"]]' + text[end:])
 
 
-def run_variant(suite: Path, variant: str, extra: list[str]) -> tuple[int, str]:
+def run_variant(suite: Path, variant: str, extra: list[str]) -> tuple[int, str, str]:
     """One pytest process per settings variant: Django reads its settings once a process
-    (django-redis' own CI gives each variant an xdist worker of its own for the same reason)."""
-    restrict_variants(suite / "tests" / "conftest.py", [variant])
+    (django-redis' own CI gives each variant an xdist worker of its own for the same reason).
+    Each variant has a database of its own in their settings, so variants run side by side."""
     command = [
         sys.executable,
         "-m",
@@ -156,13 +161,17 @@ def run_variant(suite: Path, variant: str, extra: list[str]) -> tuple[int, str]:
         *[f"--deselect={node}" for node in DESELECT],
         *extra,
     ]
-    env = {**os.environ, "PYTHONPATH": str(suite), "DJANGO_SETTINGS_MODULE": f"settings.{variant}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(suite),
+        "DJANGO_SETTINGS_MODULE": f"settings.{variant}",
+        "REDOXIDE_DJR_VARIANT": variant,
+    }
     done = subprocess.run(command, cwd=suite, env=env, check=False, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     summary = lines[-1] if lines else done.stderr.strip()[-300:]
-    if done.returncode != 0:
-        print(done.stdout[-20000:], done.stderr[-5000:], sep="\n")
-    return done.returncode, summary
+    output = "" if done.returncode == 0 else done.stdout[-20000:] + "\n" + done.stderr[-5000:]
+    return done.returncode, summary, output
 
 
 def main() -> int:
@@ -186,14 +195,18 @@ def main() -> int:
             print(f"django-redis {VERSION}'s own tests against redoxide (BACKEND swapped)")
             for name, why in {**NOT_RUN_VARIANTS, **NOT_RUN_FILES, **DESELECT}.items():
                 print(f"  not run: {name}: {why}")
-            failed = []
+            variant_from_environment(suite / "tests" / "conftest.py")
             chosen = os.environ.get("DJANGO_REDIS_VARIANTS", "").split(",")
-            for variant in [v for v in VARIANTS if v in chosen or chosen == [""]]:
-                server.cli("FLUSHALL")
-                code, summary = run_variant(suite, variant, extra)
-                print(f"  {variant:22} {summary}", flush=True)
+            variants = [v for v in VARIANTS if v in chosen or chosen == [""]]
+            with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+                results = list(pool.map(lambda v: run_variant(suite, v, extra), variants))
+            failed = []
+            for variant, (code, _, output) in zip(variants, results, strict=True):
                 if code != 0:
+                    print(output)
                     failed.append(variant)
+            for variant, (_, summary, _) in zip(variants, results, strict=True):
+                print(f"  {variant:22} {summary}")
             print("FAILED: " + ", ".join(failed) if failed else "all variants passed")
             return 1 if failed else 0
 
