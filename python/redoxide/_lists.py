@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from redoxide._members import StructuresBase
+from redoxide._raw_commands import lpos_options
 
 if TYPE_CHECKING:
     from redoxide.plans import Plan
@@ -73,10 +74,8 @@ class ListsMixin(StructuresBase):
         maxlen: int | None,
         version: int | None,
     ) -> Plan[Any]:
-        command: tuple[Any, ...] = ("LPOS", self._key(key, version), self._member(value))
-        for option, given in (("RANK", rank), ("COUNT", count), ("MAXLEN", maxlen)):
-            if given is not None:
-                command += (option, given)
+        made, member = self._key(key, version), self._member(value)
+        command = ("LPOS", made, member, *lpos_options(rank, count, maxlen))
         return (yield self._client.execute, (command,))
 
     def _lmove(
@@ -85,13 +84,15 @@ class ListsMixin(StructuresBase):
         dst: Any,
         wherefrom: str,
         whereto: str,
+        version: int | None,
         version_src: int | None,
         version_dst: int | None,
     ) -> Plan[Any]:
+        """LMOVE; version_src / version_dst, when given, override version for their key."""
         command = (
             "LMOVE",
-            self._key(src, version_src),
-            self._key(dst, version_dst),
+            self._key(src, version if version_src is None else version_src),
+            self._key(dst, version if version_dst is None else version_dst),
             _word("wherefrom", wherefrom, _ENDS),
             _word("whereto", whereto, _ENDS),
         )
@@ -217,9 +218,7 @@ class ListsMixin(StructuresBase):
     ) -> Any:
         """Move an element from one end of src to one end of dst, atomically; return it (None
         if src is empty). On a cluster both keys need one slot (a {hash tag})."""
-        source = version if version_src is None else version_src
-        target = version if version_dst is None else version_dst
-        plan = self._lmove(src, dst, wherefrom, whereto, source, target)
+        plan = self._lmove(src, dst, wherefrom, whereto, version, version_src, version_dst)
         return self._run(plan, None)
 
     async def almove(
@@ -233,9 +232,7 @@ class ListsMixin(StructuresBase):
         version_dst: int | None = None,
     ) -> Any:
         """Move an element between lists, atomically, as lmove."""
-        source = version if version_src is None else version_src
-        target = version if version_dst is None else version_dst
-        plan = self._lmove(src, dst, wherefrom, whereto, source, target)
+        plan = self._lmove(src, dst, wherefrom, whereto, version, version_src, version_dst)
         return await self._arun(plan, None)
 
     def lrem(self, key: Any, count: int, value: Any, version: int | None = None) -> int:

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from redoxide._protocols import Arg
-from redoxide._zsets import zadd_flags
+from redoxide._zsets import limit_args, zadd_flags
 
-__all__ = ["Commands", "Convert", "Key", "scan_command"]
+__all__ = ["Commands", "Convert", "Key", "as_is", "lpos_options", "scan_command"]
 
 R = TypeVar("R")
 Convert = Callable[[Any], Any]
@@ -24,7 +24,7 @@ Convert = Callable[[Any], Any]
 Key = str | bytes
 
 
-def _as_is(reply: Any) -> Any:
+def as_is(reply: Any) -> Any:
     return reply
 
 
@@ -142,6 +142,12 @@ def _unix(when: int | datetime.datetime) -> int:
     return when
 
 
+def lpos_options(rank: int | None, count: int | None, maxlen: int | None) -> tuple[Any, ...]:
+    """LPOS's RANK, COUNT and MAXLEN, those given."""
+    given = (("RANK", rank), ("COUNT", count), ("MAXLEN", maxlen))
+    return tuple(item for option, value in given if value is not None for item in (option, value))
+
+
 def _count(command: tuple[Arg, ...], count: int | None) -> tuple[Arg, ...]:
     return command if count is None else (*command, count)
 
@@ -149,7 +155,7 @@ def _count(command: tuple[Arg, ...], count: int | None) -> tuple[Arg, ...]:
 class Commands(Generic[R]):
     """The commands, each written once; ``_send`` decides what sending one means."""
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = _as_is) -> R:
+    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> R:
         raise NotImplementedError
 
     def execute_command(self, *args: Arg) -> R:
@@ -254,7 +260,7 @@ class Commands(Generic[R]):
         )
         for member, score in mapping.items():
             command += (score, member)
-        return self._send(command, _float_or_none if incr else _as_is)
+        return self._send(command, _float_or_none if incr else as_is)
 
     def zrange(
         self,
@@ -435,11 +441,7 @@ class Commands(Generic[R]):
         count: int | None = None,
         maxlen: int | None = None,
     ) -> R:
-        command: tuple[Arg, ...] = ("LPOS", name, value)
-        for option, given in (("RANK", rank), ("COUNT", count), ("MAXLEN", maxlen)):
-            if given is not None:
-                command += (option, given)
-        return self._send(command)
+        return self._send(("LPOS", name, value, *lpos_options(rank, count, maxlen)))
 
     def lmove(self, first_list: Key, second_list: Key, src: str = "LEFT", dest: str = "RIGHT") -> R:
         return self._send(("LMOVE", first_list, second_list, src, dest))
@@ -483,11 +485,7 @@ class Commands(Generic[R]):
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
-        if (start is None) != (num is None):
-            raise ValueError("``start`` and ``num`` must both be specified")
-        command: tuple[Arg, ...] = ("ZRANGEBYSCORE", name, min, max)
-        if start is not None and num is not None:
-            command += ("LIMIT", start, num)
+        command = ("ZRANGEBYSCORE", name, min, max, *limit_args(start, num))
         if withscores:
             return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
         return self._send(command)

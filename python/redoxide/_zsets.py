@@ -17,7 +17,7 @@ from redoxide._members import StructuresBase
 if TYPE_CHECKING:
     from redoxide.plans import Plan
 
-__all__ = ["SortedSetsMixin"]
+__all__ = ["SortedSetsMixin", "limit_args"]
 
 Score = float | str
 ScoreCast = Callable[[Any], Any]
@@ -41,7 +41,8 @@ def zadd_flags(
     return tuple(name for name, wanted in chosen if wanted)
 
 
-def _limit(start: int | None, num: int | None) -> tuple[Any, ...]:
+def limit_args(start: int | None, num: int | None) -> tuple[Any, ...]:
+    """ZRANGEBYSCORE's LIMIT start num, both or neither (as redis-py insists)."""
     if (start is None) != (num is None):
         raise ValueError("``start`` and ``num`` must both be specified")
     return () if start is None else ("LIMIT", start, num)
@@ -283,7 +284,7 @@ class SortedSetsMixin(StructuresBase):
     ) -> list[Any]:
         """Return the members scoring from min to max, lowest first; start and num (both or
         neither) take a slice of them."""
-        bounds = (min, max, *_limit(start, num))
+        bounds = (min, max, *limit_args(start, num))
         plan = self._ranged("ZRANGEBYSCORE", key, bounds, withscores, score_cast_func, version)
         return self._run(plan, [])
 
@@ -299,7 +300,7 @@ class SortedSetsMixin(StructuresBase):
         version: int | None = None,
     ) -> list[Any]:
         """Return the members scoring from min to max, like zrangebyscore, with awaits."""
-        bounds = (min, max, *_limit(start, num))
+        bounds = (min, max, *limit_args(start, num))
         plan = self._ranged("ZRANGEBYSCORE", key, bounds, withscores, score_cast_func, version)
         return await self._arun(plan, [])
 
@@ -316,7 +317,7 @@ class SortedSetsMixin(StructuresBase):
     ) -> list[Any]:
         """Return the members scoring from max down to min, highest first (max comes first,
         as in Redis and django-redis)."""
-        bounds = (max, min, *_limit(start, num))
+        bounds = (max, min, *limit_args(start, num))
         plan = self._ranged("ZREVRANGEBYSCORE", key, bounds, withscores, score_cast_func, version)
         return self._run(plan, [])
 
@@ -332,7 +333,7 @@ class SortedSetsMixin(StructuresBase):
         version: int | None = None,
     ) -> list[Any]:
         """Return the members scoring from max down to min, like zrevrangebyscore, with awaits."""
-        bounds = (max, min, *_limit(start, num))
+        bounds = (max, min, *limit_args(start, num))
         plan = self._ranged("ZREVRANGEBYSCORE", key, bounds, withscores, score_cast_func, version)
         return await self._arun(plan, [])
 

@@ -20,13 +20,9 @@ from typing import Any, Literal, overload
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._protocols import Arg, ClientLike
-from redoxide._raw_commands import Commands, Convert, Key, scan_command
+from redoxide._raw_commands import Commands, Convert, Key, as_is, scan_command
 
 __all__ = ["Connection", "Pipeline", "RawClient", "get_redis_connection", "reads_client"]
-
-
-def _as_is(reply: Any) -> Any:
-    return reply
 
 
 class _AsyncCommands(Commands[Awaitable[Any]]):
@@ -35,7 +31,7 @@ class _AsyncCommands(Commands[Awaitable[Any]]):
     def __init__(self, client: ClientLike) -> None:
         self._client = client
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = _as_is) -> Awaitable[Any]:
+    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Awaitable[Any]:
         return plans.then(self._client.execute(command, _bridge()), convert)
 
 
@@ -69,7 +65,7 @@ class Connection(Commands[Any]):
         self._client = client
         self._async = _AsyncCommands(client)
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = _as_is) -> Any:
+    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Any:
         return convert(self._client.execute(command))
 
     def pipeline(self, transaction: bool = True) -> Pipeline:
@@ -218,7 +214,7 @@ class Pipeline(Commands["Pipeline"]):
         self._transaction = transaction
         self._queued: list[tuple[tuple[Arg, ...], Convert]] = []
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = _as_is) -> Pipeline:
+    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Pipeline:
         self._queued.append((command, convert))
         return self
 

@@ -23,21 +23,9 @@ from redoxide.exceptions import ConfigurationError, ResponseError
 from redoxide.options import parse_location
 from support.backend import is_redoxide
 from support.dispatch import Ops
-from support.servers import RedisServer
+from support.servers import RedisServer, commands_sent
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="django-redis' API on redoxide")
-
-
-def commands_sent(server: RedisServer, call: Callable[[], Any]) -> dict[str, int]:
-    """The commands the server ran during call() (INFO commandstats), by name."""
-    server.cli("CONFIG", "RESETSTAT")
-    call()
-    counts: dict[str, int] = {}
-    for name, stats in server.info("commandstats").items():
-        command = name.removeprefix("cmdstat_")
-        if command not in ("info", "config", "config|resetstat"):  # the observer's own
-            counts[command] = int(stats.split(",")[0].split("=")[1])
-    return counts
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from redoxide.exceptions import CrossSlotError, ResponseError, SerializationErro
 from support.backend import build_cache, is_redoxide, topology_cache
 from support.dispatch import Ops
 from support.near import near_options
-from support.servers import Cluster, RedisServer, free_port
+from support.servers import Cluster, RedisServer, commands_sent, free_port
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's list API")
 
@@ -145,14 +145,7 @@ def test_each_call_is_one_command(
     command: str,
 ) -> None:
     cache.rpush("l", "x", "y", "x", "w")
-    redis_server.cli("CONFIG", "RESETSTAT")
-    getattr(Ops(cache, mode), method)(*args, **kwargs)
-    stats = redis_server.info("commandstats")
-    sent = {
-        name.removeprefix("cmdstat_"): int(value.split(",")[0].split("=")[1])
-        for name, value in stats.items()
-        if name.removeprefix("cmdstat_") not in ("info", "config", "config|resetstat")
-    }
+    sent = commands_sent(redis_server, lambda: getattr(Ops(cache, mode), method)(*args, **kwargs))
     assert sent == {command: 1}
 
 

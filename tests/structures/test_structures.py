@@ -17,7 +17,7 @@ from redoxide._redoxide import key_slot
 from redoxide.exceptions import CrossSlotError, ResponseError
 from support.backend import build_cache, is_redoxide, topology_cache
 from support.dispatch import Ops
-from support.servers import Cluster, RedisServer, free_port
+from support.servers import Cluster, RedisServer, commands_sent, free_port
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's data-structure API")
 
@@ -426,19 +426,6 @@ def test_zset_versions(ops: Ops, redis_client: Any) -> None:
 
 
 # -- one round trip per call -----------------------------------------------------------------------
-
-
-def commands_sent(server: RedisServer, call: Callable[[], Any]) -> dict[str, int]:
-    """The commands the server ran during call() (from INFO commandstats), by name."""
-    server.cli("CONFIG", "RESETSTAT")
-    call()
-    counts: dict[str, int] = {}
-    for name, stats in server.info("commandstats").items():
-        command = name.removeprefix("cmdstat_")
-        if command in ("info", "config", "config|resetstat"):  # the observer's own (6.2: "config")
-            continue
-        counts[command] = int(stats.split(",")[0].split("=")[1])
-    return counts
 
 
 ROUND_TRIPS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [

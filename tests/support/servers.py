@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 # REDOXIDE_SERVER_BIN runs the suite against another server binary (e.g. valkey-server).
 REDIS_SERVER = (
@@ -90,6 +91,20 @@ class Sleeper:
     def wait(self) -> None:
         with self.sock:
             assert self.sock.recv(64) == b"+OK\r\n"
+
+
+def commands_sent(server: RedisServer, call: Callable[[], Any]) -> dict[str, int]:
+    """The commands the server ran during call() (from INFO commandstats), by name: how tests
+    check that a call is one round trip."""
+    server.cli("CONFIG", "RESETSTAT")
+    call()
+    counts: dict[str, int] = {}
+    for name, stats in server.info("commandstats").items():
+        command = name.removeprefix("cmdstat_")
+        if command in ("info", "config", "config|resetstat"):  # the observer's own (6.2: "config")
+            continue
+        counts[command] = int(stats.split(",")[0].split("=")[1])
+    return counts
 
 
 class RedisServer:
