@@ -30,6 +30,9 @@ pub enum Error {
     Decode(String),
     /// A bug on our side (a panic, a dropped task); never the user's fault.
     Internal(String),
+    /// `CREDENTIAL_PROVIDER` has given no credentials to connect with (it raised, returned
+    /// something unusable, or has not answered yet).
+    Credentials(String),
 }
 
 /// Where a cluster's MOVED or ASK reply sends a command.
@@ -64,7 +67,8 @@ impl fmt::Display for Error {
             | Error::Response { message: m, .. }
             | Error::Config(m)
             | Error::Decode(m)
-            | Error::Internal(m) => f.write_str(m),
+            | Error::Internal(m)
+            | Error::Credentials(m) => f.write_str(m),
         }
     }
 }
@@ -129,6 +133,7 @@ impl Error {
             Error::Config(_) => "ConfigurationError",
             Error::Decode(_) => "SerializationError",
             Error::Internal(_) => "InternalError",
+            Error::Credentials(_) => "CredentialProviderError",
         }
     }
 }

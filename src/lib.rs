@@ -2,6 +2,7 @@
 
 mod bridge;
 mod codec;
+mod credentials;
 mod errors;
 mod ffi;
 #[cfg(test)]
@@ -23,6 +24,7 @@ fn _redoxide(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py::register(m)?;
     bridge::register(m)?;
     near::register(m)?;
+    credentials::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -82,7 +82,7 @@ fn bucket_of(micros: u64) -> usize {
 
 fn error_class(err: &Error) -> usize {
     match err {
-        Error::Connection(_) => 0,
+        Error::Connection(_) | Error::Credentials(_) => 0,
         Error::Timeout(_) => 1,
         Error::Response { .. } => 2,
         Error::Config(_) => 3,

@@ -34,12 +34,29 @@ pub struct Source {
     /// Watch for SWAPDB with a marker key (not on a cluster: no SWAPDB, and the key could
     /// belong to another node's slots).
     pub check_db: bool,
+    /// Credentials that change (`CREDENTIAL_PROVIDER`), as the data connections have them.
+    pub creds: Option<Arc<crate::credentials::Cell>>,
 }
 
 impl Source {
-    /// A redis-rs client for it that speaks RESP3.
-    fn client(&self) -> Result<redis::Client> {
-        let settings = self.info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    /// A redis-rs client for it that speaks RESP3, and the generation of the credentials it
+    /// authenticates with (0: fixed ones).
+    fn client(&self) -> Result<(redis::Client, u64)> {
+        let mut settings = self.info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let mut generation = 0;
+        if let Some(creds) = &self.creds {
+            let (current, secret) = creds.current()?;
+            generation = current;
+            if let Some(user) = &secret.username {
+                settings = settings.set_username(user);
+            }
+            settings = settings.set_password(&secret.password);
+        }
+        let client = self.build(settings)?;
+        Ok((client, generation))
+    }
+
+    fn build(&self, settings: redis::RedisConnectionInfo) -> Result<redis::Client> {
         let info = self.info.clone().set_redis_settings(settings);
         if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return tls_client(info, self.tls.clone(), &self.addr);
@@ -47,6 +64,23 @@ impl Source {
         redis::Client::open(info).map_err(|e| {
             Error::Config(format!("invalid LOCATION for {}: {}", self.addr, e.category()))
         })
+    }
+
+    /// AUTH with the current credentials if they changed since generation `seen` (which
+    /// moves on).
+    fn reauth(&self, seen: &mut u64) -> Option<redis::Cmd> {
+        let creds = self.creds.as_ref()?;
+        if creds.generation() == *seen {
+            return None;
+        }
+        let (generation, secret) = creds.current().ok()?;
+        *seen = generation;
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = &secret.username {
+            auth.arg(user);
+        }
+        auth.arg(&secret.password);
+        Some(auth)
     }
 }
 
@@ -341,14 +375,24 @@ const REFUSALS_BELIEVED: u32 = 3;
 
 /// One tracking connection's life: connect, subscribe, flush, ping; again after a loss.
 async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
-    let client = match source.client() {
-        Ok(client) => client,
-        Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
-    };
     let mut backoff = Duration::from_millis(50);
     let mut refusals = 0;
     loop {
-        let outcome = session(&near, &client, &source, idx, set_id).await;
+        // Made for each session: credentials that change are the current ones.
+        if let Some(creds) = &source.creds {
+            creds.first_async(source.connect_timeout).await;
+        }
+        let (client, auth_gen) = match source.client() {
+            Ok(made) => made,
+            // No credentials yet: the data connections fail the same way; try again later.
+            Err(Error::Credentials(_)) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+            Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
+        };
+        let outcome = session(&near, &client, auth_gen, &source, idx, set_id).await;
         near.set_writer(set_id, None);
         let connected = match outcome {
             Ok(()) => true,
@@ -378,6 +422,7 @@ async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
 async fn session(
     near: &Arc<Near>,
     client: &redis::Client,
+    mut auth_gen: u64,
     source: &Source,
     idx: usize,
     set_id: u64,
@@ -409,6 +454,16 @@ async fn session(
     };
     let mut conn = match tokio::time::timeout(deadline, setup).await {
         Ok(Ok(conn)) => conn,
+        Ok(Err(err))
+            if err.kind() == redis::ErrorKind::AuthenticationFailed && source.creds.is_some() =>
+        {
+            // Rotated credentials the server already wants: ask for them (the next session
+            // uses them); not a refusal of tracking.
+            if let Some(creds) = &source.creds {
+                creds.refresh_async(auth_gen, source.connect_timeout).await;
+            }
+            return Err(End::Lost);
+        }
         Ok(Err(err)) if refusal(&err) => {
             return Err(End::Refused(format!(
                 "{} refused client tracking ({})",
@@ -434,6 +489,11 @@ async fn session(
     loop {
         let sent = now_ns();
         let mut probe = redis::pipe();
+        if let Some(auth) = source.reauth(&mut auth_gen) {
+            // New credentials: this long-lived connection authenticates with them (a refusal
+            // leaves it as it was; the reply is ignored).
+            probe.add_command(auth).ignore();
+        }
         probe.cmd("PING");
         if source.check_db {
             probe.cmd("GET").arg(&marker);

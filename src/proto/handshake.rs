@@ -2,8 +2,12 @@
 //! configured, then CLIENT SETINFO naming the library), and how its replies are judged: by
 //! which command failed, not by their text.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use redis::{Pipeline, Value};
 
+use crate::credentials::Cell;
 use crate::errors::{Error, Result};
 use crate::proto::Replies;
 
@@ -18,9 +22,12 @@ enum Step {
 
 /// The packed handshake of one server's connections.
 pub struct Handshake {
+    /// Everything but the AUTH of changing credentials (which is packed per connection).
     packed: Vec<u8>,
     /// The command each reply answers, in order.
     steps: Vec<Step>,
+    /// Credentials that change (`CREDENTIAL_PROVIDER`): AUTH goes first, with the current ones.
+    creds: Option<Arc<Cell>>,
 }
 
 impl Handshake {
@@ -66,7 +73,80 @@ impl Handshake {
                 steps.push(Step::SetInfo);
             }
         }
-        Handshake { packed: pipe.get_packed_pipeline(), steps }
+        Handshake { packed: pipe.get_packed_pipeline(), steps, creds: None }
+    }
+
+    /// Authenticate with the credentials in `creds`, for a handshake built without a password
+    /// (they replace it).
+    pub fn with_credentials(mut self, creds: Option<Arc<Cell>>) -> Self {
+        if let Some(creds) = creds {
+            debug_assert!(!self.steps.contains(&Step::Auth), "a fixed password and a provider");
+            self.steps.insert(0, Step::Auth);
+            self.creds = Some(creds);
+        }
+        self
+    }
+
+    /// Wait (up to `timeout`) for a provider's first credentials if there are none yet.
+    pub fn first(&self, timeout: std::time::Duration) {
+        if let Some(creds) = &self.creds {
+            creds.first(timeout);
+        }
+    }
+
+    /// `first` for async code.
+    pub async fn first_async(&self, timeout: std::time::Duration) {
+        if let Some(creds) = &self.creds {
+            creds.first_async(timeout).await;
+        }
+    }
+
+    /// The bytes to write on a new connection, and the generation of the credentials in them
+    /// (0 when they do not change).
+    pub fn start(&self) -> Result<(Cow<'_, [u8]>, u64)> {
+        let Some(creds) = &self.creds else { return Ok((Cow::Borrowed(&self.packed), 0)) };
+        let (generation, secret) = creds.current()?;
+        let mut bytes = secret.auth();
+        bytes.extend_from_slice(&self.packed);
+        Ok((Cow::Owned(bytes), generation))
+    }
+
+    /// AUTH with the current credentials, for a live connection that authenticated under
+    /// generation `seen` (which moves on); None while that is still the current one.
+    #[inline]
+    pub fn reauth(&self, seen: &mut u64) -> Option<Vec<u8>> {
+        let creds = self.creds.as_ref()?;
+        if creds.generation() == *seen {
+            return None;
+        }
+        let (generation, secret) = creds.current().ok()?;
+        *seen = generation;
+        Some(secret.auth())
+    }
+
+    /// After `check` failed with `err` on credentials of generation `seen`: whether fresh
+    /// credentials came within `timeout` (asked for from the provider), so that the handshake
+    /// is worth one more try.
+    pub fn refreshed(&self, err: &Error, seen: u64, timeout: std::time::Duration) -> bool {
+        match &self.creds {
+            Some(creds) if crate::credentials::refused(err) => creds.refresh(seen, timeout),
+            _ => false,
+        }
+    }
+
+    /// `refreshed` for async code.
+    pub async fn refreshed_async(
+        &self,
+        err: &Error,
+        seen: u64,
+        timeout: std::time::Duration,
+    ) -> bool {
+        match &self.creds {
+            Some(creds) if crate::credentials::refused(err) => {
+                creds.refresh_async(seen, timeout).await
+            }
+            _ => false,
+        }
     }
 
     /// Whether there is nothing to send (a connection is ready as soon as it is open).
@@ -81,7 +161,8 @@ impl Handshake {
         self.steps.iter().any(|step| *step != Step::SetInfo)
     }
 
-    /// The bytes to write.
+    /// The bytes to write (no credentials that change: see `start`).
+    #[cfg(test)]
     pub fn packed(&self) -> &[u8] {
         &self.packed
     }

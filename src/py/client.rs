@@ -187,7 +187,7 @@ impl Client {
     #[pyo3(signature = (
         url, *, connect_timeout, response_timeout, username=None, password=None, db=None,
         readonly=false, tls_ca_certs=None, tls_certfile=None, tls_keyfile=None, tls_verify=true,
-        tls_check_hostname=true, shared_sync=false,
+        tls_check_hostname=true, shared_sync=false, credentials=None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
@@ -204,7 +204,10 @@ impl Client {
         tls_verify: bool,
         tls_check_hostname: bool,
         shared_sync: bool,
+        credentials: Option<Py<crate::credentials::PyCredentials>>,
     ) -> PyResult<Self> {
+        // Credentials that change (CREDENTIAL_PROVIDER) replace the password and username.
+        let creds = credentials.map(|c| Arc::clone(&c.get().0));
         guard(|| {
             runtime::watch_forks();
             // Never the URL itself in a message: it may hold a password.
@@ -245,9 +248,10 @@ impl Client {
                 response_timeout: timeouts.response,
                 addr: Arc::clone(&addr),
                 check_db: true,
+                creds: creds.clone(),
             };
             let stats = Arc::new(Stats::default());
-            let transport = Transport::open(info, tls, readonly, timeouts, &addr, &stats)?;
+            let transport = Transport::open(info, tls, readonly, timeouts, &addr, &stats, creds)?;
             Ok(Client {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 addr,

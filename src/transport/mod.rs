@@ -15,6 +15,7 @@ use std::time::Duration;
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::bridge::{LoopQueue, Poller, Slot};
+use crate::credentials::Cell;
 use crate::errors::{Error, Result};
 use crate::proto::handshake::Handshake;
 use crate::proto::{Reply, Request};
@@ -63,7 +64,8 @@ pub struct Timeouts {
 
 impl Transport {
     /// The transport for a parsed LOCATION (credentials and database already applied).
-    /// `readonly` sends READONLY on every connection (reads from a cluster replica).
+    /// `readonly` sends READONLY on every connection (reads from a cluster replica). `creds`:
+    /// credentials that change, which replace any password in `info`.
     pub fn open(
         info: ConnectionInfo,
         tls: TlsOptions,
@@ -71,12 +73,13 @@ impl Transport {
         timeouts: Timeouts,
         addr: &Arc<str>,
         stats: &Arc<Stats>,
+        creds: Option<Arc<Cell>>,
     ) -> Result<Self> {
         let target = match info.addr() {
             ConnectionAddr::Tcp(host, port) => Target::Tcp(host.clone(), *port),
             ConnectionAddr::Unix(path) => Target::Unix(path.clone()),
             _ => {
-                return tls::TlsTransport::open(info, tls, readonly, timeouts, addr, stats)
+                return tls::TlsTransport::open(info, tls, readonly, timeouts, addr, stats, creds)
                     .map(|t| Transport::Tls(Box::new(t)))
             }
         };
@@ -87,13 +90,10 @@ impl Transport {
         }
         let settings = info.redis_settings();
         let library = Some(("redoxide", env!("CARGO_PKG_VERSION")));
-        let handshake = Handshake::identified(
-            settings.username(),
-            settings.password(),
-            settings.db(),
-            readonly,
-            library,
-        );
+        let password = if creds.is_some() { None } else { settings.password() };
+        let handshake =
+            Handshake::identified(settings.username(), password, settings.db(), readonly, library)
+                .with_credentials(creds);
         let config = Arc::new(PlainConfig {
             target,
             handshake,
@@ -211,7 +211,7 @@ mod tests {
     fn open(url: &str, tls: TlsOptions) -> Result<Transport> {
         let info = url.into_connection_info().unwrap();
         let addr: Arc<str> = info.addr().to_string().into();
-        Transport::open(info, tls, false, TIMEOUTS, &addr, &Arc::default())
+        Transport::open(info, tls, false, TIMEOUTS, &addr, &Arc::default(), None)
     }
 
     #[test]

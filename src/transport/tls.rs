@@ -9,6 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, Value};
 
 use crate::bridge::{CompletionGuard, LoopQueue, Slot};
+use crate::credentials::{self, Cell};
 use crate::errors::{Error, Result};
 use crate::proto::{Reply, Request};
 use crate::runtime::{self, PerFork};
@@ -38,20 +39,30 @@ impl TlsOptions {
 
 /// A TLS server's redis-rs client and its shared async connection.
 pub struct TlsTransport {
-    client: redis::Client,
+    /// The redis-rs client and the generation of the credentials in it (0: fixed ones).
+    client: Mutex<(u64, redis::Client)>,
+    /// Credentials that change (`CREDENTIAL_PROVIDER`): the client is rebuilt with new ones.
+    creds: Option<Arc<Cell>>,
+    /// What the client is built from, for rebuilding it.
+    info: ConnectionInfo,
+    tls: TlsOptions,
     pub timeouts: Timeouts,
     /// Reads from a cluster replica: every connection must say READONLY first.
     readonly: bool,
     addr: Arc<str>,
     pub stats: Arc<Stats>,
     /// The reconnecting connection for async traffic, per fork generation (a child leaks the
-    /// parent's: it is driven by a runtime that does not exist there).
-    aio: PerFork<Mutex<Option<(ConnectionManager, Open)>>>,
+    /// parent's: it is driven by a runtime that does not exist there), and the generation of
+    /// its credentials.
+    aio: PerFork<Mutex<Option<(ConnectionManager, Open, u64)>>>,
 }
 
 /// One thread's blocking TLS connection.
 pub struct TlsLink {
     conn: redis::Connection,
+    creds: Option<Arc<Cell>>,
+    /// The generation of the credentials it authenticated with.
+    auth_gen: u64,
     addr: Arc<str>,
     stats: Arc<Stats>,
     _open: Open,
@@ -66,10 +77,14 @@ impl TlsTransport {
         timeouts: Timeouts,
         addr: &Arc<str>,
         stats: &Arc<Stats>,
+        creds: Option<Arc<Cell>>,
     ) -> Result<Self> {
-        let client = tls_client(info, tls, addr)?;
+        let client = tls_client(info.clone(), tls.clone(), addr)?;
         Ok(TlsTransport {
-            client,
+            client: Mutex::new((0, client)),
+            creds,
+            info,
+            tls,
             timeouts,
             readonly,
             addr: Arc::clone(addr),
@@ -78,14 +93,55 @@ impl TlsTransport {
         })
     }
 
+    /// The redis-rs client with the current credentials, and their generation.
+    fn client(&self) -> Result<(u64, redis::Client)> {
+        let mut client = self.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(creds) = &self.creds {
+            if creds.generation() != client.0 {
+                let (generation, secret) = creds.current()?;
+                let mut settings = self.info.redis_settings().clone();
+                if let Some(user) = &secret.username {
+                    settings = settings.set_username(user);
+                }
+                settings = settings.set_password(&secret.password);
+                let info = self.info.clone().set_redis_settings(settings);
+                *client = (generation, tls_client(info, self.tls.clone(), &self.addr)?);
+            }
+        }
+        Ok(client.clone())
+    }
+
     fn fail(&self, err: &RedisError) -> Error {
         Error::from_redis(err, &self.addr)
     }
 
     /// A new blocking connection.
     pub fn connect(&self) -> Result<TlsLink> {
+        match self.connect_once() {
+            Err(err) if self.refreshed(&err) => self.connect_once(),
+            outcome => outcome,
+        }
+    }
+
+    /// After a refused connection: whether fresh credentials came (asked for from the
+    /// provider), so that connecting is worth one more try.
+    fn refreshed(&self, err: &Error) -> bool {
+        match &self.creds {
+            Some(creds) if credentials::refused(err) => {
+                let seen = creds.generation();
+                creds.refresh(seen, self.timeouts.connect)
+            }
+            _ => false,
+        }
+    }
+
+    fn connect_once(&self) -> Result<TlsLink> {
         let connect_timeout = self.timeouts.connect;
-        let mut conn = self.client.get_connection_with_timeout(connect_timeout).map_err(|e| {
+        if let Some(creds) = &self.creds {
+            creds.first(connect_timeout);
+        }
+        let (auth_gen, client) = self.client()?;
+        let mut conn = client.get_connection_with_timeout(connect_timeout).map_err(|e| {
             match self.fail(&e) {
                 // Not answering the connect (or the handshake) is the server being away.
                 Error::Timeout(_) => Error::Connection(format!(
@@ -102,6 +158,8 @@ impl TlsTransport {
         }
         Ok(TlsLink {
             conn,
+            creds: self.creds.clone(),
+            auth_gen,
             addr: Arc::clone(&self.addr),
             stats: Arc::clone(&self.stats),
             _open: self.stats.opened(),
@@ -111,18 +169,28 @@ impl TlsTransport {
     /// The multiplexed connection for async traffic, made on first use in this process.
     fn aio_conn(&self) -> Result<ConnectionManager> {
         let mut aio = self.aio.get().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((manager, _)) = aio.as_ref() {
-            return Ok(manager.clone());
+        let generation = self.creds.as_ref().map_or(0, |creds| creds.generation());
+        if let Some((manager, _, made_with)) = aio.as_ref() {
+            // New credentials: a new connection with them (redis-rs' manager reconnects with
+            // the credentials it was made with). Calls in flight finish on the old one.
+            if *made_with == generation {
+                return Ok(manager.clone());
+            }
         }
+        if let Some(creds) = self.creds.as_ref().filter(|c| c.generation() == 0) {
+            // No credentials yet: ask for them, but never wait on the caller's event loop.
+            creds.request_refresh();
+        }
+        let (generation, client) = self.client()?;
         let rt = runtime::get()?;
         let _entered = rt.enter();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeouts.connect))
             .set_response_timeout(Some(self.timeouts.response))
             .set_number_of_retries(0);
-        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| self.fail(&e))?;
-        *aio = Some((manager.clone(), self.stats.opened()));
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| self.fail(&e))?;
+        *aio = Some((manager.clone(), self.stats.opened(), generation));
         Ok(manager)
     }
 
@@ -204,6 +272,25 @@ pub fn tls_client(info: ConnectionInfo, tls: TlsOptions, addr: &Arc<str>) -> Res
 impl TlsLink {
     /// One round trip.
     pub fn send(&mut self, req: &Request) -> Result<Reply> {
+        if let Some(creds) = &self.creds {
+            if creds.generation() != self.auth_gen {
+                // New credentials: AUTH with them on this connection first (one more round
+                // trip, once per change). A refusal leaves it authenticated as before.
+                let (generation, secret) = creds.current()?;
+                let mut auth = redis::cmd("AUTH");
+                if let Some(user) = &secret.username {
+                    auth.arg(user);
+                }
+                auth.arg(&secret.password);
+                match auth.query::<Value>(&mut self.conn) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {}
+                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {}
+                    Err(e) => return Err(Error::from_redis(&e, &self.addr)),
+                }
+                self.auth_gen = generation;
+            }
+        }
         self.stats.sent(packed_len(req));
         let result = match req {
             Request::Cmd(cmd) => self.conn.req_command(cmd),

@@ -114,8 +114,12 @@ pub struct Blocking {
     spin: Spin,
     /// Counts the connection open while it lives.
     _open: Open,
-    /// Replies to drop before the next request's: those of a handshake sent unanswered.
+    /// Replies to drop before the next request's: those of a handshake sent unanswered, or
+    /// of an AUTH sent in front of a request (see `send`).
     discard: usize,
+    /// The generation of the credentials this connection authenticated with (changing
+    /// credentials only, `Handshake::reauth`).
+    auth_gen: u64,
 }
 
 fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
@@ -155,6 +159,7 @@ impl Blocking {
     /// Connect within the connect timeout and run the AUTH / SELECT handshake.
     pub fn connect(config: &Arc<PlainConfig>) -> Result<Self> {
         let addr = &config.addr;
+        config.handshake.first(config.connect_timeout);
         let refused = |e: &std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
@@ -203,13 +208,25 @@ impl Blocking {
             spin: Spin::default(),
             _open: config.stats.opened(),
             discard: 0,
+            auth_gen: 0,
         };
         let handshake = &config.handshake;
+        let (packed, generation) = handshake.start()?;
+        conn.auth_gen = generation;
         if handshake.needs_answer() {
-            let replies = conn.request(handshake.packed(), handshake.replies())?;
-            handshake.check(replies, addr)?;
+            let replies = conn.request(&packed, handshake.replies())?;
+            if let Err(err) = handshake.check(replies, addr) {
+                // Rotated credentials the server already wants: ask for them, and try once more.
+                if !handshake.refreshed(&err, generation, config.connect_timeout) {
+                    return Err(err);
+                }
+                let (packed, generation) = handshake.start()?;
+                conn.auth_gen = generation;
+                let replies = conn.request(&packed, handshake.replies())?;
+                handshake.check(replies, addr)?;
+            }
         } else if !handshake.is_empty() {
-            conn.send(handshake.packed())?;
+            conn.send(&packed)?;
             conn.discard = handshake.replies().count();
         }
         Ok(conn)
@@ -227,8 +244,20 @@ impl Blocking {
         self.receive(shape, Wait::Spin)
     }
 
-    /// Send packed commands (their replies are read by `receive`).
+    /// Send packed commands (their replies are read by `receive`). A connection whose
+    /// credentials changed since it authenticated sends AUTH with the new ones first, in the
+    /// same write; its reply is dropped.
     pub fn send(&mut self, packed: &[u8]) -> Result<()> {
+        if let Some(mut auth) = self.config.handshake.reauth(&mut self.auth_gen) {
+            auth.extend_from_slice(packed);
+            self.write(&auth)?;
+            self.discard += 1;
+            return Ok(());
+        }
+        self.write(packed)
+    }
+
+    fn write(&mut self, packed: &[u8]) -> Result<()> {
         let timeout = self.config.response_timeout;
         self.socket
             .write_all_by(packed, timeout)
@@ -441,6 +470,55 @@ mod tests {
         let cfg = config(cfg.target.clone(), handshake);
         let err = Blocking::connect(&cfg).err().unwrap();
         assert!(matches!(&err, Error::Connection(m) if m.starts_with("Authentication")), "{err:?}");
+        server.join().unwrap();
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn changed_credentials_go_in_front_of_the_next_request_and_a_refusal_asks_for_new_ones() {
+        use crate::credentials::Cell;
+        let creds = Arc::new(Cell::default());
+        creds.set(Some("u".into()), "a".into());
+        let auth = |password: &str| redis::cmd("AUTH").arg("u").arg(password).get_packed_command();
+        let get = redis::cmd("GET").arg("k").get_packed_command();
+        let (first, changed) = (auth("a"), [auth("b"), get.clone()].concat());
+        let (cfg, server, path) = serve(vec![
+            (first.len(), b"+OK\r\n"),
+            (changed.len(), b"+OK\r\n$1\r\nv\r\n"),
+            (get.len(), b"$1\r\nw\r\n"),
+        ]);
+        let handshake = Handshake::new(None, None, 0, false).with_credentials(Some(creds.clone()));
+        let cfg = config(cfg.target.clone(), handshake);
+        let mut conn = Blocking::connect(&cfg).unwrap();
+        creds.set(Some("u".into()), "b".into());
+        // AUTH with the new password and the GET in one write; AUTH's reply is not the GET's.
+        assert_eq!(conn.request(&get, Replies::One).unwrap(), Value::BulkString(b"v".to_vec()));
+        assert_eq!(conn.request(&get, Replies::One).unwrap(), Value::BulkString(b"w".to_vec()));
+        server.join().unwrap();
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_refused_handshake_with_a_provider_waits_for_its_answer_and_tries_again() {
+        use crate::credentials::Cell;
+        let creds = Arc::new(Cell::default());
+        creds.set(None, "old".into());
+        let auth = |password: &str| redis::cmd("AUTH").arg(password).get_packed_command();
+        let (cfg, server, path) = serve(vec![
+            (auth("old").len(), b"-WRONGPASS invalid password\r\n"),
+            (auth("new").len(), b"+OK\r\n"),
+        ]);
+        let handshake = Handshake::new(None, None, 0, false).with_credentials(Some(creds.clone()));
+        let cfg = config(cfg.target.clone(), handshake);
+        let provider = {
+            let creds = Arc::clone(&creds);
+            std::thread::spawn(move || {
+                assert!(creds.take_request(Duration::from_secs(30)));
+                creds.set(None, "new".into());
+            })
+        };
+        assert!(Blocking::connect(&cfg).is_ok());
+        provider.join().unwrap();
         server.join().unwrap();
         let _ = std::fs::remove_file(path);
     }

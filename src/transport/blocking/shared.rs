@@ -210,6 +210,8 @@ struct LineState {
     /// A caller is reading (or has been handed the reading and is about to).
     leader: bool,
     broken: Option<Error>,
+    /// The generation of the credentials the connection authenticated with (`Handshake::reauth`).
+    auth_gen: u64,
 }
 
 /// The leader's side: the bytes read, and how long to poll before sleeping in the kernel.
@@ -259,14 +261,14 @@ struct Line {
 
 impl Line {
     fn new(conn: Blocking) -> Self {
-        let Blocking { socket, config, buf, spin, _open, discard } = conn;
+        let Blocking { socket, config, buf, spin, _open, discard, auth_gen } = conn;
         let mut waiting = Fifo::new();
         if discard > 0 {
             // A handshake sent without waiting: its replies come first, for nobody.
             let deadline = Instant::now() + config.response_timeout;
             waiting.push(Waiting { ticket: None, deadline }, Replies::Many(discard));
         }
-        let state = LineState { waiting, leader: false, broken: None };
+        let state = LineState { waiting, leader: false, broken: None, auth_gen };
         // The leader sleeps in a blocking read; it wakes this often while replies are overdue,
         // to fail them once the oldest one's deadline has passed.
         let recheck = (config.response_timeout / 4).max(Duration::from_millis(1));
@@ -295,6 +297,7 @@ impl Line {
 
     fn call(&self, packed: &[u8], replies: Replies) -> Result<Value> {
         let ticket = Arc::new(Ticket::default());
+        let mut with_auth: Option<Vec<u8>> = None;
         let writing = lock(&self.writing);
         let lead = {
             let mut st = lock(&self.state);
@@ -302,12 +305,22 @@ impl Line {
                 return Err(err.clone());
             }
             let deadline = Instant::now() + self.config.response_timeout;
+            if replies.count() == 0 {
+                return Ok(Value::Array(Vec::new()));
+            }
+            if let Some(mut auth) = self.config.handshake.reauth(&mut st.auth_gen) {
+                // Credentials changed: AUTH with the new ones goes first, its reply for nobody.
+                st.waiting.push(Waiting { ticket: None, deadline }, Replies::One);
+                auth.extend_from_slice(packed);
+                with_auth = Some(auth);
+            }
             let waiting = Waiting { ticket: Some(Arc::clone(&ticket)), deadline };
             if let Some((_, nothing)) = st.waiting.push(waiting, replies) {
                 return Ok(nothing);
             }
             !std::mem::replace(&mut st.leader, true)
         };
+        let packed = with_auth.as_deref().unwrap_or(packed);
         if let Err(e) = self.socket.write_all_by(packed, self.config.response_timeout) {
             // (If the line broke meanwhile, that is the cause: a send cut short by it.)
             let (failed, err) = self.break_line(&io_error(&e, &self.config, "sending"));

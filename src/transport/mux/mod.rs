@@ -66,6 +66,9 @@ struct State {
     batched: usize,
     /// Why the connection broke, for commands that arrive just after.
     cause: Option<Error>,
+    /// The generation of the credentials the connection authenticated with
+    /// (`Handshake::reauth`).
+    auth_gen: u64,
 }
 
 pub struct Conn {
@@ -266,6 +269,7 @@ impl Shared {
                 writing: false,
                 batched: 0,
                 cause: None,
+                auth_gen: 0,
             }),
             wake_writer: Notify::new(),
             stream: std::sync::OnceLock::new(),
@@ -336,12 +340,26 @@ impl Shared {
             _ => self.config.response_timeout,
         };
         let deadline = deadline.unwrap_or_else(|| Instant::now() + budget);
-        let waiter = Waiter { done, deadline, replay: None };
-        if let Some((w, nothing)) = st.waiting.push(waiter, replies) {
+        if replies.count() == 0 {
             drop(st);
-            w.done.complete(Ok(nothing));
+            done.complete(Ok(redis::Value::Array(Vec::new())));
             return (conn, false);
         }
+        // Credentials changed since the connection authenticated: AUTH with the new ones goes
+        // in front, in the same write, its reply for nobody (a connection still connecting
+        // authenticates with what is current when its handshake goes out).
+        let mut auth_len = 0;
+        let mut packed = packed;
+        if let Phase::Ready(_) = st.phase {
+            if let Some(mut auth) = self.config.handshake.reauth(&mut st.auth_gen) {
+                let waiter = Waiter { done: Done::Discard, deadline, replay: None };
+                st.waiting.push(waiter, Replies::One);
+                auth_len = auth.len();
+                auth.extend_from_slice(&packed);
+                packed = auth;
+            }
+        }
+        st.waiting.push(Waiter { done, deadline, replay: None }, replies);
         let mut schedule = false;
         match st.phase {
             Phase::Ready(fd) if direct => {
@@ -354,7 +372,10 @@ impl Shared {
                 }
                 if idle == Idle::Replay {
                     if let Some(w) = st.waiting.back_mut() {
-                        w.replay = Some(packed);
+                        w.replay = Some(match auth_len {
+                            0 => packed,
+                            n => packed[n..].to_vec(),
+                        });
                     }
                 }
             }
@@ -458,7 +479,7 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
     let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
     let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
-    let (stream, unanswered) = match opened {
+    let (stream, unanswered, auth_gen) = match opened {
         Ok(Ok(opened)) => opened,
         Ok(Err(err)) => return conn.break_with(&err),
         Err(_) => {
@@ -478,6 +499,7 @@ async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
             return;
         }
         st.phase = Phase::Ready(fd);
+        st.auth_gen = auth_gen;
         let _ = conn.open.set(config.stats.opened());
         // Commands queued while connecting had connect + response time; now connected, they
         // get one response timeout from here (a stalled server costs one timeout, not two).

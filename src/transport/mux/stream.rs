@@ -18,9 +18,11 @@ pub enum Stream {
 
 impl Stream {
     /// Connect and run the handshake (no time limit: the caller bounds it). Return the
-    /// stream and how many replies of a handshake sent without waiting are still to come.
-    pub async fn open(config: &PlainConfig) -> Result<(Self, usize)> {
+    /// stream, how many replies of a handshake sent without waiting are still to come, and
+    /// the generation of the credentials it authenticated with (see `Handshake::start`).
+    pub async fn open(config: &PlainConfig) -> Result<(Self, usize, u64)> {
         let addr = &config.addr;
+        config.handshake.first_async(config.connect_timeout).await;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
@@ -34,16 +36,28 @@ impl Stream {
         };
         let handshake = &config.handshake;
         if handshake.is_empty() {
-            return Ok((stream, 0));
+            return Ok((stream, 0, 0));
         }
-        stream.write_all(handshake.packed()).await.map_err(failed)?;
-        config.stats.sent(handshake.packed().len());
+        let (packed, generation) = handshake.start()?;
+        stream.write_all(&packed).await.map_err(failed)?;
+        config.stats.sent(packed.len());
         if !handshake.needs_answer() {
-            return Ok((stream, handshake.replies().count()));
+            return Ok((stream, handshake.replies().count(), generation));
         }
         let replies = stream.read_replies(handshake.replies().count(), config).await?;
+        let Err(err) = handshake.check(Value::Array(replies), addr) else {
+            return Ok((stream, 0, generation));
+        };
+        // Rotated credentials the server already wants: ask for them, and try once more.
+        if !handshake.refreshed_async(&err, generation, config.connect_timeout).await {
+            return Err(err);
+        }
+        let (packed, generation) = handshake.start()?;
+        stream.write_all(&packed).await.map_err(failed)?;
+        config.stats.sent(packed.len());
+        let replies = stream.read_replies(handshake.replies().count(), config).await?;
         handshake.check(Value::Array(replies), addr)?;
-        Ok((stream, 0))
+        Ok((stream, 0, generation))
     }
 
     pub async fn ready(&self, interest: Interest) -> std::io::Result<()> {
