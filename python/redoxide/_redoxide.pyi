@@ -14,6 +14,7 @@ __all__ = [
     "STATS_ENABLED",
     "Bridge",
     "Client",
+    "Credentials",
     "NearCache",
     "Pending",
     "Ready",
@@ -28,6 +29,20 @@ __all__ = [
     "zstd_compress",
     "zstd_decompress",
 ]
+
+@final
+class Credentials:
+    """The current credentials of one CREDENTIAL_PROVIDER (see redoxide._credentials)."""
+
+    def __new__(cls) -> Credentials: ...
+    def set(self, username: str | None, password: str) -> bool: ...
+    @property
+    def generation(self) -> int: ...
+    def wait_for_request(self, timeout: float) -> bool: ...
+    def request_refresh(self) -> None: ...
+    def fail(self, message: str) -> None: ...
+    def close(self) -> None: ...
+    def reopen(self) -> None: ...
 
 @final
 class Client:
@@ -47,6 +62,7 @@ class Client:
         tls_verify: bool = True,
         tls_check_hostname: bool = True,
         shared_sync: bool = False,
+        credentials: Credentials | None = None,
     ) -> Client: ...
     @property
     def address(self) -> str: ...

@@ -238,7 +238,8 @@ def _other_databases(entry: Any) -> set[tuple[Any, ...]]:
 def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
     tls = dict(config.tls)
     pickled = isinstance(config.serializer, PickleSerializer)
-    if pickled and config.password is None and not _tls(config):
+    authenticated = config.password is not None or config.credential_provider is not None
+    if pickled and not authenticated and not _tls(config):
         yield _warning(
             "W001",
             alias,

@@ -19,6 +19,7 @@ __all__ = [
     "ClusterDownError",
     "ConfigurationError",
     "ConnectionInterrupted",
+    "CredentialProviderError",
     "CrossSlotError",
     "InternalError",
     "LoadingError",
@@ -45,6 +46,12 @@ class CacheError(Exception):
 
 class ConnectionInterrupted(CacheError, ConnectionError):
     """The server could not be reached, refused the credentials, or the connection broke."""
+
+
+class CredentialProviderError(ConnectionInterrupted):
+    """OPTIONS['CREDENTIAL_PROVIDER'] gave no credentials to connect with: it raised, returned
+    something that is not credentials, or did not answer within SOCKET_CONNECT_TIMEOUT. The
+    message names the option and what went wrong, never a value."""
 
 
 class CacheTimeout(CacheError, TimeoutError):

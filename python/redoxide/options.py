@@ -14,6 +14,8 @@ from urllib.parse import unquote, urlsplit
 
 from django.utils.module_loading import import_string
 
+from redoxide._credentials import CredentialProvider, parse_credentials
+from redoxide._error_options import error_policy, refuse_foreign_factory
 from redoxide._location import parse_location, query_db, redact
 from redoxide._near_options import NearCacheConfig, parse_near_cache
 from redoxide._tls import TLS_OPTIONS, tls_settings
@@ -44,6 +46,8 @@ _ALIASES = {
     "LOG_IGNORED_EXCEPTIONS": "log_ignored_exceptions",
     "IGNORE_EXCEPTION_CLASSES": "ignore_exception_classes",
     "EXCEPTION_HANDLER": "exception_handler",
+    "CREDENTIAL_PROVIDER": "credential_provider",
+    "CREDENTIAL_REFRESH_SECONDS": "credential_refresh",
     "LOG_IGNORED_EXCEPTIONS_LEVEL": "ignored_log_level",
     "STAMPEDE_PROTECTION": "stampede_protection",
     "CLEAR_PREFIX_ONLY": "clear_prefix_only",
@@ -73,12 +77,6 @@ _IGNORED = frozenset({"pool_class", "parser_class", "pool_kwargs"})
 _ACCEPTED_CLIENT_CLASSES = frozenset(
     {"django_redis.client.DefaultClient", "django_redis.client.SentinelClient"}
 )
-# django-redis' own connection factories: what they choose (plain or Sentinel connections),
-# redoxide reads from LOCATION and SENTINELS. A factory of the user's own is refused: it would
-# do something redoxide cannot.
-_ACCEPTED_FACTORIES = frozenset(
-    {"django_redis.pool.ConnectionFactory", "django_redis.pool.SentinelConnectionFactory"}
-)
 TOPOLOGIES = ("standalone", "replicas", "sentinel", "cluster")
 
 
@@ -91,6 +89,8 @@ class Config:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: Credentials that change (CREDENTIAL_PROVIDER), instead of a password.
+    credential_provider: CredentialProvider | None = None
     db: int | None = None
     serializer: Serializer = field(default_factory=PickleSerializer)
     compressor: BaseCompressor = field(default_factory=IdentityCompressor)
@@ -156,6 +156,7 @@ class Config:
             self.connect_timeout,
             self.username,
             self.password,
+            self.credential_provider,
             self.db,
             self.topology,
             self.servers,
@@ -397,6 +398,7 @@ def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, A
         kwargs["username"] = unquote(url.username)
     if kwargs.get("password") is None and url.password is not None:
         kwargs["password"] = unquote(url.password)
+    parse_credentials(opts, names, kwargs)
     if "db" in opts:
         db = opts["db"]
         if isinstance(db, str) and db.isdigit():
@@ -507,66 +509,7 @@ def _behaviour(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, An
         kwargs["ignore_exception_classes"] = _exception_classes(
             names["ignore_exception_classes"], opts["ignore_exception_classes"]
         )
-    _error_policy(settings, opts, names, kwargs)
-
-
-_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40, "CRITICAL": 50}
-
-
-def _error_policy(
-    settings: Any, opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]
-) -> None:
-    """EXCEPTION_HANDLER (OPTIONS, else DJANGO_REDIS_EXCEPTION_HANDLER): a callable or its
-    dotted path; LOG_IGNORED_EXCEPTIONS_LEVEL: a logging level, by name or number."""
-    if "exception_handler" in opts:
-        where, handler = f"OPTIONS[{names['exception_handler']!r}]", opts["exception_handler"]
-    else:
-        where = "DJANGO_REDIS_EXCEPTION_HANDLER"
-        handler = _setting(settings, "DJANGO_REDIS_EXCEPTION_HANDLER", None)
-    if isinstance(handler, str):
-        try:
-            handler = import_string(handler)
-        except ImportError as exc:
-            raise ConfigurationError(f"redoxide: {where} cannot import {handler!r}: {exc}") from exc
-    if handler is not None and not callable(handler):
-        raise ConfigurationError(
-            f"redoxide: {where} must be a callable (cache, exception) or its dotted path, "
-            f"not {handler!r}"
-        )
-    kwargs["exception_handler"] = handler
-    if "ignored_log_level" in opts:
-        level = opts["ignored_log_level"]
-        if isinstance(level, str) and level.upper() in _LEVELS:
-            level = _LEVELS[level.upper()]
-        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 50:
-            raise _fail(
-                names["ignored_log_level"],
-                f"must be a logging level (DEBUG, INFO, WARNING, ERROR, CRITICAL or 0-50), "
-                f"not {opts['ignored_log_level']!r}",
-            )
-        kwargs["ignored_log_level"] = level
-
-
-def _dotted(value: Any) -> Any:
-    return f"{value.__module__}.{value.__qualname__}" if isinstance(value, type) else value
-
-
-def _refuse_foreign_factory(opts: dict[str, Any], names: dict[str, str]) -> None:
-    """OPTIONS["CONNECTION_FACTORY"] / DJANGO_REDIS_CONNECTION_FACTORY: django-redis' own are
-    accepted and ignored, any other refused by name."""
-    from django.conf import settings
-
-    if "connection_factory" in opts:
-        where, factory = f"OPTIONS[{names['connection_factory']!r}]", opts["connection_factory"]
-    else:
-        where = "DJANGO_REDIS_CONNECTION_FACTORY"
-        factory = _setting(settings, "DJANGO_REDIS_CONNECTION_FACTORY", None)
-    if factory is not None and _dotted(factory) not in _ACCEPTED_FACTORIES:
-        raise ConfigurationError(
-            f"redoxide: {where} {factory!r} is not supported: redoxide makes its own "
-            "connections (django_redis.pool.ConnectionFactory and SentinelConnectionFactory "
-            "are accepted and ignored; Sentinel comes from OPTIONS['SENTINELS'])"
-        )
+    error_policy(settings, opts, names, kwargs)
 
 
 def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
@@ -582,7 +525,7 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     kwargs["tls"] = tls_settings(opts, names, servers)
     if "near_cache" in opts:
         kwargs["near_cache"] = parse_near_cache(names["near_cache"], opts["near_cache"])
-    _refuse_foreign_factory(opts, names)
+    refuse_foreign_factory(opts, names)
     if "client_class" in opts and opts["client_class"] not in _ACCEPTED_CLIENT_CLASSES:
         raise _fail(
             names["client_class"],

@@ -28,6 +28,7 @@ next call.
 
 from __future__ import annotations
 
+from redoxide._credentials import credentials_for
 from redoxide._protocols import ClientLike
 from redoxide._registry import Registry
 from redoxide.options import Config
@@ -52,7 +53,12 @@ def make_client(config: Config) -> ClientLike:
 
     def plain(url: str) -> ClientLike:
         return new_client(
-            config, url, username=config.username, password=config.password, db=config.db
+            config,
+            url,
+            username=config.username,
+            password=config.password,
+            db=config.db,
+            credentials=credentials_for(config.credential_provider),
         )
 
     if config.topology == "replicas":

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from redoxide import _redoxide, _stats
+from redoxide._credentials import credentials_for
 from redoxide._location import redact
 from redoxide._registry import Registry
 from redoxide.exceptions import ConfigurationError
@@ -50,6 +51,7 @@ def node_client(
         readonly,
         config.username,
         config.password,
+        config.credential_provider,
         config.connect_timeout,
         config.socket_timeout,
         config.tls,
@@ -60,7 +62,7 @@ def node_client(
         url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
         return new_client(
             config, url, username=config.username, password=config.password, db=db,
-            readonly=readonly,
+            readonly=readonly, credentials=credentials_for(config.credential_provider),
         )  # fmt: skip
 
     client = _nodes.get(key, make)
