@@ -1,0 +1,310 @@
+"""OPTIONS["CREDENTIAL_PROVIDER"]: credentials that change while the process runs (IAM or Entra
+tokens, rotated ACL passwords), against a real server whose ACL changes under traffic.
+
+- Every shape a provider may return works, sync and async (a token with USERNAME, a tuple, a
+  mapping with an expiry, redis-py's CredentialProvider, a dotted path).
+- New credentials reach live connections as AUTH on those connections: the same connections
+  (same client ids) carry on as the new user, none is made anew, no call fails.
+- A server that already wants the next credentials (WRONGPASS) makes the provider be asked at
+  once and the connection try again: no call fails.
+- The near cache's tracking connection follows too.
+- A provider that raises or returns something else is a typed error naming the option, never
+  showing a value; fail-open turns it into a miss; a mended provider is used again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from typing import Any
+
+import pytest
+from redoxide._credentials import credentials_for
+from redoxide.exceptions import ConfigurationError, CredentialProviderError
+from support.backend import build_cache, is_redoxide
+from support.rotation import Holder, Traffic, provider, wait_until
+from support.secrecy import SECRET, all_log_text, all_text_of, assert_no_secret
+from support.servers import RedisServer
+
+pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide options")
+
+PW1 = "One-" + secrets.token_hex(8)
+PW2 = "Two-" + secrets.token_hex(8)
+
+
+@pytest.fixture
+def rot_server() -> Any:
+    """A server of this test's own with ACL users u1 (PW1) and u2 (PW2), and no default user."""
+    with RedisServer(password=SECRET) as server:
+        for user, password in (("u1", PW1), ("u2", PW2)):
+            server.cli("ACL", "SETUSER", user, "on", f">{password}", "~*", "+@all")
+        yield server
+
+
+def url(server: RedisServer) -> str:
+    return f"redis://127.0.0.1:{server.port}/0"
+
+
+def clients_of(server: RedisServer) -> dict[int, dict[str, str]]:
+    """CLIENT LIST as {id: fields}, redis-cli's own connection left out."""
+    found = {}
+    for line in server.cli("CLIENT", "LIST").splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if fields.get("name") != "redis-cli" and fields.get("cmd") != "client|list":
+            found[int(fields["id"])] = fields
+    return found
+
+
+def users(server: RedisServer) -> dict[int, str]:
+    return {cid: fields["user"] for cid, fields in clients_of(server).items()}
+
+
+def both_ways(cache: Any, key: str = "k") -> None:
+    cache.set(key, {"v": 1})
+    assert cache.get(key) == {"v": 1}
+    assert asyncio.run(cache.aget(key)) == {"v": 1}
+    assert asyncio.run(cache.aadd(f"{key}:n", 1)) is True
+    assert cache.incr(f"{key}:n") == 2
+
+
+class GetCredentials:
+    """redis-py's CredentialProvider shape: an object with get_credentials()."""
+
+    def get_credentials(self) -> tuple[str, str]:
+        return ("u2", PW2)
+
+
+@pytest.mark.parametrize(
+    ("answer", "options", "user"),
+    [
+        (PW1, {"USERNAME": "u1"}, "u1"),  # a bare token, the username from OPTIONS
+        ((PW2,), {"USERNAME": "u2"}, "u2"),
+        (("u2", PW2), {}, "u2"),
+        ({"username": "u1", "password": PW1, "expires_in": 900}, {}, "u1"),
+        ({"token": PW2.encode(), "expires_at": 2e9}, {"USERNAME": "u2"}, "u2"),
+    ],
+    ids=["token", "one-tuple", "tuple", "mapping", "token-bytes"],
+)
+def test_every_answer_shape_authenticates_sync_and_async(
+    rot_server: RedisServer, answer: Any, options: dict[str, Any], user: str
+) -> None:
+    holder = Holder()
+    holder.answer = answer
+    cache = build_cache(url(rot_server), {"OPTIONS": {"CREDENTIAL_PROVIDER": holder, **options}})
+    both_ways(cache)
+    assert set(users(rot_server).values()) == {user}
+    # Called on its own thread, never on a caller's.
+    assert holder.threads == {"redoxide-credentials"}
+
+
+def test_redis_py_provider_objects_and_dotted_paths(rot_server: RedisServer) -> None:
+    cache = build_cache(url(rot_server), {"OPTIONS": {"CREDENTIAL_PROVIDER": GetCredentials()}})
+    both_ways(cache, "a")
+    provider.answer = ("u1", PW1)
+    named = build_cache(
+        url(rot_server), {"OPTIONS": {"credential_provider": "support.rotation.provider"}}
+    )
+    both_ways(named, "b")
+    assert set(users(rot_server).values()) == {"u1", "u2"}
+    # django-redis users give redis-py's provider to the pool: it is read from there.
+    pooled = Holder()
+    pooled.answer = ("u1", PW1)
+    options = {"CONNECTION_POOL_KWARGS": {"credential_provider": pooled, "max_connections": 9}}
+    both_ways(build_cache(url(rot_server), {"OPTIONS": options}), "c")
+    assert pooled.calls >= 1
+
+
+def test_new_credentials_reach_live_connections_without_reconnecting(
+    rot_server: RedisServer,
+) -> None:
+    holder = Holder()
+    holder.answer = ("u1", PW1)
+    cache = build_cache(
+        url(rot_server),
+        {"OPTIONS": {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1}},
+    )
+    cell = credentials_for(cache._config.credential_provider)
+    with Traffic(cache, threads=4, tasks=8) as traffic:
+        traffic.wait_calls(300)
+        before = users(rot_server)
+        assert before and set(before.values()) == {"u1"}
+        generation = cell.generation
+        holder.answer = ("u2", PW2)
+        wait_until(lambda: cell.generation > generation, what="the provider's next call")
+        # Every connection that makes a call now sends AUTH as u2 in front of it.
+        wait_until(lambda: set(users(rot_server).values()) == {"u2"}, what="every connection u2")
+        traffic.wait_calls(300)
+        after = users(rot_server)  # (the threads' connections close with them)
+    assert traffic.failures == []
+    # The same connections, re-authenticated: none closed, none made.
+    assert set(after) == set(before)
+    assert set(after.values()) == {"u2"}
+
+
+def test_a_refused_handshake_asks_the_provider_and_tries_again(rot_server: RedisServer) -> None:
+    holder = Holder()
+    holder.answer = ("u1", PW1)
+    # Refreshed hourly: only the server's refusal can make the provider be asked again.
+    cache = build_cache(
+        url(rot_server),
+        {"OPTIONS": {"CREDENTIAL_PROVIDER": holder, "SOCKET_CONNECT_TIMEOUT": 10}},
+    )
+    with Traffic(cache) as traffic:
+        traffic.wait_calls(200)
+    assert traffic.failures == []
+    calls = holder.calls
+    rot_server.cli("ACL", "LOG", "RESET")
+    # The password is rotated on the server and in the secrets store; the process still has
+    # the old one, and its connections are closed (as an idle timeout or a failover would).
+    rotated = "Three-" + secrets.token_hex(8)
+    rot_server.cli("ACL", "SETUSER", "u1", "resetpass", f">{rotated}")
+    holder.answer = ("u1", rotated)
+    rot_server.cli("CLIENT", "KILL", "USER", "u1")
+    wait_until(lambda: not users(rot_server), what="the connections to close")
+    with Traffic(cache) as traffic:
+        traffic.wait_calls(200)
+    assert traffic.failures == []
+    assert holder.calls > calls
+    # The server did refuse the old password (its ACL log keeps refused AUTHs).
+    assert "auth" in [line.strip() for line in rot_server.cli("ACL", "LOG").splitlines()]
+    assert set(users(rot_server).values()) == {"u1"}
+
+
+def test_the_near_cache_tracking_connection_follows(rot_server: RedisServer) -> None:
+    holder = Holder()
+    holder.answer = ("u1", PW1)
+    near = {"PREFIXES": [""], "MAX_STALE_MS": 200}
+    cache = build_cache(
+        url(rot_server),
+        {
+            "OPTIONS": {
+                "CREDENTIAL_PROVIDER": holder,
+                "CREDENTIAL_REFRESH_SECONDS": 1,
+                "NEAR_CACHE": near,
+            }
+        },
+    )
+    cache.set("k", 1)
+    assert cache.get("k") == 1
+
+    def tracking() -> dict[int, dict[str, str]]:
+        return {cid: f for cid, f in clients_of(rot_server).items() if "t" in f.get("flags", "")}
+
+    wait_until(lambda: len(tracking()) == 1, what="the tracking connection")
+    ((tracker, fields),) = tracking().items()
+    assert fields["user"] == "u1"
+    holder.answer = ("u2", PW2)
+    wait_until(lambda: tracking().get(tracker, {}).get("user") == "u2", what="tracking as u2")
+    rot_server.cli("SET", cache.make_and_validate_key("k"), "2")  # another client's write
+    wait_until(lambda: cache.get("k") == 2, what="the invalidation")
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (RuntimeError(f"vault said no to {SECRET}"), "raised RuntimeError"),
+        (42, "returned int"),
+        (("u1", ""), "returned an empty password"),
+        ({"user": "u1"}, "returned a mapping without 'password'"),
+    ],
+    ids=["raises", "int", "empty", "no-password"],
+)
+def test_a_broken_provider_is_a_typed_error_naming_the_option(
+    rot_server: RedisServer, answer: Any, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder = Holder()
+    holder.answer = answer
+    options = {"CREDENTIAL_PROVIDER": holder, "SOCKET_CONNECT_TIMEOUT": 10}
+    cache = build_cache(url(rot_server), {"OPTIONS": options})
+    with caplog.at_level(logging.WARNING, logger="redoxide"):
+        with pytest.raises(CredentialProviderError, match="CREDENTIAL_PROVIDER") as info:
+            cache.get("k")
+        assert said in str(info.value)
+        with pytest.raises(CredentialProviderError, match=said):
+            asyncio.run(cache.aget("k"))
+    assert_no_secret(all_text_of(info.value))
+    assert "CREDENTIAL_PROVIDER" in caplog.text
+    assert_no_secret(caplog.text + all_log_text(caplog.records))
+    # Fail-open: a miss, as for any connection trouble.
+    lenient = build_cache(url(rot_server), {"OPTIONS": {**options, "IGNORE_EXCEPTIONS": True}})
+    assert lenient.get("k", "fallback") == "fallback"
+    # Mended: the next call gets credentials (the provider is asked again on demand).
+    holder.answer = ("u1", PW1)
+    wait_until(lambda: _works(cache), what="the mended provider")
+    both_ways(cache)
+
+
+def _works(cache: Any) -> bool:
+    try:
+        cache.get("probe")
+    except CredentialProviderError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"CREDENTIAL_PROVIDER": 42}, "must be a callable"),
+        ({"CREDENTIAL_PROVIDER": "support.rotation.nothing_here"}, "cannot import"),
+        ({"CREDENTIAL_PROVIDER": provider, "PASSWORD": SECRET}, "replaces PASSWORD"),
+        ({"CREDENTIAL_REFRESH_SECONDS": 60}, "needs OPTIONS['CREDENTIAL_PROVIDER']"),
+        ({"CREDENTIAL_PROVIDER": provider, "CREDENTIAL_REFRESH_SECONDS": 0}, "from 1 to 86400"),
+    ],
+    ids=["not-callable", "bad-path", "with-password", "refresh-alone", "refresh-zero"],
+)
+def test_bad_settings_are_refused_by_name(
+    rot_server: RedisServer, options: dict[str, Any], said: str
+) -> None:
+    cache = build_cache(url(rot_server), {"OPTIONS": options})
+    with pytest.raises(ConfigurationError, match="CREDENTIAL") as info:
+        cache.get("k")
+    assert said in str(info.value)
+    assert_no_secret(all_text_of(info.value))
+
+
+def test_nothing_shows_the_credentials(rot_server: RedisServer) -> None:
+    holder = Holder()
+    holder.answer = ("u1", SECRET)
+    rot_server.cli("ACL", "SETUSER", "u1", f">{SECRET}")
+    cache = build_cache(url(rot_server), {"OPTIONS": {"CREDENTIAL_PROVIDER": holder}})
+    both_ways(cache)
+    cell = credentials_for(cache._config.credential_provider)
+    assert_no_secret(repr(cell) + repr(cache._config) + repr(cache._config.credential_provider))
+    assert_no_secret(str(cache.stats()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_worker_keeps_the_credentials_and_refreshes_on_its_own(
+    rot_server: RedisServer,
+) -> None:
+    holder = Holder()
+    holder.answer = ("u1", PW1)
+    cache = build_cache(
+        url(rot_server),
+        {"OPTIONS": {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1}},
+    )
+    both_ways(cache, "parent")
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if every step holds
+        status = 1
+        try:
+            cache.set("child", 1)
+            ok = cache.get("child") == 1
+            # Its own provider thread: a change reaches the child's connection (the parent's
+            # stay u1: its provider still answers u1).
+            holder.answer = ("u2", PW2)
+
+            def mine_moved() -> bool:
+                cache.get("child")
+                return "u2" in set(users(rot_server).values())
+
+            wait_until(mine_moved, what="the child's connection as u2")
+            status = 0 if ok and cache.get("child") == 1 else 1
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert cache.get("parent") == {"v": 1}

@@ -1,0 +1,106 @@
+"""A credential provider whose answer a test changes (as a secrets manager's would), counting
+its calls and the threads it was called on; and traffic that records every failed call."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class Holder:
+    """What the provider returns now."""
+
+    def __init__(self) -> None:
+        self.answer: Any = None
+        self.calls = 0
+        self.threads: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        with self.lock:
+            self.calls += 1
+            self.threads.add(threading.current_thread().name)
+            answer = self.answer
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+#: The provider for settings that name it by dotted path (support.rotation.provider).
+provider = Holder()
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    """Poll `check` until it holds (a bound for a loaded host, not a timing assertion)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        time.sleep(0.01)
+
+
+class Traffic:
+    """Sync calls from `threads` threads and async calls from `tasks` tasks on one cache, until
+    stopped; every failed call is kept, and every call counted."""
+
+    def __init__(self, cache: Any, *, threads: int = 4, tasks: int = 8) -> None:
+        self.cache = cache
+        self.failures: list[BaseException] = []
+        self.calls = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._workers = [
+            threading.Thread(target=self._sync, args=(i,), daemon=True) for i in range(threads)
+        ]
+        self._workers.append(threading.Thread(target=self._async, args=(tasks,), daemon=True))
+
+    def _count(self, failure: BaseException | None = None) -> None:
+        with self._lock:
+            self.calls += 1
+            if failure is not None:
+                self.failures.append(failure)
+
+    def _sync(self, i: int) -> None:
+        key = f"sync:{i}"
+        while not self._stop.is_set():
+            try:
+                self.cache.set(key, i)
+                assert self.cache.get(key) == i
+                self._count()
+            except Exception as exc:  # kept and asserted on by the test
+                self._count(exc)
+
+    def _async(self, tasks: int) -> None:
+        async def one(i: int) -> None:
+            key = f"async:{i}"
+            while not self._stop.is_set():
+                try:
+                    await self.cache.aset(key, i)
+                    assert await self.cache.aget(key) == i
+                    self._count()
+                except Exception as exc:  # kept and asserted on by the test
+                    self._count(exc)
+
+        async def main() -> None:
+            await asyncio.gather(*(one(i) for i in range(tasks)))
+
+        asyncio.run(main())
+
+    def __enter__(self) -> Traffic:
+        for worker in self._workers:
+            worker.start()
+        return self
+
+    def wait_calls(self, more: int) -> None:
+        """Wait until `more` calls have been made from now."""
+        target = self.calls + more
+        wait_until(lambda: self.calls >= target, what=f"{more} more calls")
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for worker in self._workers:
+            worker.join(30)
