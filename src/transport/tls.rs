@@ -39,6 +39,16 @@ impl TlsOptions {
 
 /// A TLS server's redis-rs client and its shared async connection.
 pub struct TlsTransport {
+    shared: Arc<Shared>,
+    pub timeouts: Timeouts,
+    /// Reads from a cluster replica: every connection must say READONLY first.
+    readonly: bool,
+    addr: Arc<str>,
+    pub stats: Arc<Stats>,
+}
+
+/// What the I/O runtime's tasks need too: the client and the async connection.
+struct Shared {
     /// The redis-rs client and the generation of the credentials in it (0: fixed ones).
     client: Mutex<(u64, redis::Client)>,
     /// Credentials that change (`CREDENTIAL_PROVIDER`): the client is rebuilt with new ones.
@@ -46,11 +56,9 @@ pub struct TlsTransport {
     /// What the client is built from, for rebuilding it.
     info: ConnectionInfo,
     tls: TlsOptions,
-    pub timeouts: Timeouts,
-    /// Reads from a cluster replica: every connection must say READONLY first.
-    readonly: bool,
+    timeouts: Timeouts,
     addr: Arc<str>,
-    pub stats: Arc<Stats>,
+    stats: Arc<Stats>,
     /// The reconnecting connection for async traffic, per fork generation (a child leaks the
     /// parent's: it is driven by a runtime that does not exist there), and the generation of
     /// its credentials.
@@ -80,19 +88,27 @@ impl TlsTransport {
         creds: Option<Arc<Cell>>,
     ) -> Result<Self> {
         let client = tls_client(info.clone(), tls.clone(), addr)?;
-        Ok(TlsTransport {
+        let shared = Arc::new(Shared {
             client: Mutex::new((0, client)),
             creds,
             info,
             tls,
             timeouts,
-            readonly,
             addr: Arc::clone(addr),
             stats: Arc::clone(stats),
             aio: PerFork::new(),
+        });
+        Ok(TlsTransport {
+            shared,
+            timeouts,
+            readonly,
+            addr: Arc::clone(addr),
+            stats: Arc::clone(stats),
         })
     }
+}
 
+impl Shared {
     /// The redis-rs client with the current credentials, and their generation.
     fn client(&self) -> Result<(u64, redis::Client)> {
         let mut client = self.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -115,66 +131,16 @@ impl TlsTransport {
         Error::from_redis(err, &self.addr)
     }
 
-    /// A new blocking connection.
-    pub fn connect(&self) -> Result<TlsLink> {
-        match self.connect_once() {
-            Err(err) if self.refreshed(&err) => self.connect_once(),
-            outcome => outcome,
-        }
-    }
-
-    /// After a refused connection: whether fresh credentials came (asked for from the
-    /// provider), so that connecting is worth one more try.
-    fn refreshed(&self, err: &Error) -> bool {
-        match &self.creds {
-            Some(creds) if credentials::refused(err) => {
-                let seen = creds.generation();
-                creds.refresh(seen, self.timeouts.connect)
-            }
-            _ => false,
-        }
-    }
-
-    fn connect_once(&self) -> Result<TlsLink> {
-        let connect_timeout = self.timeouts.connect;
-        if let Some(creds) = &self.creds {
-            creds.first(connect_timeout);
-        }
-        let (auth_gen, client) = self.client()?;
-        let mut conn = client.get_connection_with_timeout(connect_timeout).map_err(|e| {
-            match self.fail(&e) {
-                // Not answering the connect (or the handshake) is the server being away.
-                Error::Timeout(_) => Error::Connection(format!(
-                    "Connection to Redis at {} timed out after {connect_timeout:?}",
-                    self.addr
-                )),
-                other => other,
-            }
-        })?;
-        conn.set_read_timeout(Some(self.timeouts.response)).map_err(|e| self.fail(&e))?;
-        conn.set_write_timeout(Some(self.timeouts.response)).map_err(|e| self.fail(&e))?;
-        if self.readonly {
-            redis::cmd("READONLY").query::<()>(&mut conn).map_err(|e| self.fail(&e))?;
-        }
-        Ok(TlsLink {
-            conn,
-            creds: self.creds.clone(),
-            auth_gen,
-            addr: Arc::clone(&self.addr),
-            stats: Arc::clone(&self.stats),
-            _open: self.stats.opened(),
-        })
-    }
-
-    /// The multiplexed connection for async traffic, made on first use in this process.
-    fn aio_conn(&self) -> Result<ConnectionManager> {
+    /// The multiplexed connection for async traffic, made on first use in this process, and
+    /// the generation of its credentials.
+    fn aio_conn(&self) -> Result<(ConnectionManager, u64)> {
         let mut aio = self.aio.get().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let generation = self.creds.as_ref().map_or(0, |creds| creds.generation());
         if let Some((manager, _, made_with)) = aio.as_ref() {
             // New credentials: a new connection with them (redis-rs' manager reconnects with
             // the credentials it was made with). Calls in flight finish on the old one.
             if *made_with == generation {
-                return Ok(manager.clone());
+                return Ok((manager.clone(), generation));
             }
         }
         if let Some(creds) = self.creds.as_ref().filter(|c| c.generation() == 0) {
@@ -188,15 +154,69 @@ impl TlsTransport {
             .set_connection_timeout(Some(self.timeouts.connect))
             .set_response_timeout(Some(self.timeouts.response))
             .set_number_of_retries(0);
-        let manager =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| self.fail(&e))?;
+        let manager = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| Error::from_redis(&e, &self.addr))?;
         *aio = Some((manager.clone(), self.stats.opened(), generation));
-        Ok(manager)
+        Ok((manager, generation))
+    }
+}
+
+impl TlsTransport {
+    /// A new blocking connection.
+    pub fn connect(&self) -> Result<TlsLink> {
+        match self.connect_once() {
+            Err(err) if self.refreshed(&err) => self.connect_once(),
+            outcome => outcome,
+        }
+    }
+
+    /// After a refused connection: whether fresh credentials came (asked for from the
+    /// provider), so that connecting is worth one more try.
+    fn refreshed(&self, err: &Error) -> bool {
+        match &self.shared.creds {
+            Some(creds) if credentials::refused(err) => {
+                let seen = creds.generation();
+                creds.refresh(seen, self.timeouts.connect)
+            }
+            _ => false,
+        }
+    }
+
+    fn connect_once(&self) -> Result<TlsLink> {
+        let connect_timeout = self.timeouts.connect;
+        if let Some(creds) = &self.shared.creds {
+            creds.first(connect_timeout);
+        }
+        let (auth_gen, client) = self.shared.client()?;
+        let mut conn = client.get_connection_with_timeout(connect_timeout).map_err(|e| {
+            match self.shared.fail(&e) {
+                // Not answering the connect (or the handshake) is the server being away.
+                Error::Timeout(_) => Error::Connection(format!(
+                    "Connection to Redis at {} timed out after {connect_timeout:?}",
+                    self.addr
+                )),
+                other => other,
+            }
+        })?;
+        conn.set_read_timeout(Some(self.timeouts.response)).map_err(|e| self.shared.fail(&e))?;
+        conn.set_write_timeout(Some(self.timeouts.response)).map_err(|e| self.shared.fail(&e))?;
+        if self.readonly {
+            redis::cmd("READONLY").query::<()>(&mut conn).map_err(|e| self.shared.fail(&e))?;
+        }
+        Ok(TlsLink {
+            conn,
+            creds: self.shared.creds.clone(),
+            auth_gen,
+            addr: Arc::clone(&self.addr),
+            stats: Arc::clone(&self.stats),
+            _open: self.stats.opened(),
+        })
     }
 
     /// Run a request on the I/O runtime; its outcome lands in `slot`.
     pub fn submit(&self, req: Request, slot: Arc<Slot>, queue: Arc<LoopQueue>) -> Result<()> {
-        let mut conn = self.aio_conn()?;
+        let (mut conn, auth_gen) = self.shared.aio_conn()?;
+        let shared = Arc::clone(&self.shared);
         let rt = runtime::get()?;
         self.stats.sent(packed_len(&req));
         let completion = CompletionGuard::new(slot, queue);
@@ -206,13 +226,25 @@ impl TlsTransport {
         let wrapped = self.readonly.then_some(matches!(req, Request::Cmd(_)));
         let req = if self.readonly { with_readonly(&req) } else { req };
         // A hard bound over reconnecting plus answering, in case any layer below misbehaves.
-        let limit = self.timeouts.connect + self.timeouts.response + Duration::from_millis(250);
+        let limit = self.timeouts.connect * 2 + self.timeouts.response + Duration::from_millis(250);
         rt.spawn(async move {
             let work = async {
                 let mut result = send_async(&mut conn, &req).await;
                 if let Err(err) = &result {
                     if err.is_connection_dropped() && req.is_idempotent() {
                         result = send_async(&mut conn, &req).await;
+                    }
+                }
+                if let (Err(err), Some(creds)) = (&result, &shared.creds) {
+                    // The manager reconnected with credentials the server no longer takes:
+                    // ask for fresh ones, and send once more on a connection made with them
+                    // (a refused connection ran nothing).
+                    if err.kind() == redis::ErrorKind::AuthenticationFailed
+                        && creds.refresh_async(auth_gen, shared.timeouts.connect).await
+                    {
+                        if let Ok((mut fresh, _)) = shared.aio_conn() {
+                            result = send_async(&mut fresh, &req).await;
+                        }
                     }
                 }
                 result
