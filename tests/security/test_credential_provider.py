@@ -308,3 +308,55 @@ def test_a_forked_worker_keeps_the_credentials_and_refreshes_on_its_own(
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert cache.get("parent") == {"v": 1}
+
+
+@pytest.mark.parametrize("topology", ["replicas", "sentinel", "cluster"])
+def test_every_node_of_a_topology_authenticates_and_follows_a_rotation(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    if topology == "cluster":
+        nodes = request.getfixturevalue("cluster").live_nodes()
+        settings: dict[str, Any] = {"LOCATION": [n.url for n in nodes[:2]], "CLUSTER": True}
+    elif topology == "sentinel":
+        running = request.getfixturevalue("sentinel_set")
+        nodes = running.data_nodes
+        settings = {
+            "LOCATION": f"redis://{running.service}/0",
+            "SENTINELS": running.sentinel_addresses,
+        }
+    else:
+        primary, replicas = request.getfixturevalue("replica_set")
+        nodes = [primary, *replicas]
+        settings = {"LOCATION": [primary.url] + [r.url for r in replicas]}
+    first, second = f"{topology}-one", f"{topology}-two"
+    for node in nodes:
+        for user, password in ((first, PW1), (second, PW2)):
+            node.cli("ACL", "SETUSER", user, "on", f">{password}", "~*", "+@all")
+    holder = Holder()
+    holder.answer = (first, PW1)
+    location = settings.pop("LOCATION")
+    options = {**settings, "CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1}
+    cache = build_cache(location, {"OPTIONS": options, "KEY_PREFIX": f"cred-{topology}"})
+    keys = [f"k{i}" for i in range(12)]  # on several cluster nodes
+    cache.set_many(dict.fromkeys(keys, 1))
+    assert cache.get_many(keys) == dict.fromkeys(keys, 1)
+    assert asyncio.run(cache.aget_many(keys)) == dict.fromkeys(keys, 1)
+
+    def seen() -> set[str]:
+        return {user for node in nodes for user in users(node).values()}
+
+    assert first in seen()
+    cell = credentials_for(cache._config.credential_provider)
+    generation = cell.generation
+    holder.answer = (second, PW2)
+    wait_until(lambda: cell.generation > generation, what="the provider's next call")
+
+    def moved() -> bool:
+        # Writes and reads, sync and async: every connection the cache has is used.
+        cache.set_many(dict.fromkeys(keys, 2))
+        assert cache.get_many(keys) == dict.fromkeys(keys, 2)
+        asyncio.run(cache.aset_many(dict.fromkeys(keys, 1)))
+        assert asyncio.run(cache.aget_many(keys)) == dict.fromkeys(keys, 1)
+        return second in seen() and first not in seen()
+
+    wait_until(moved, what=f"every connection as {second}")

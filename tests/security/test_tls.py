@@ -429,3 +429,60 @@ def test_tls_calls_are_counted(tls_server: TLSServer, certs: Certs) -> None:
     assert (totals["hits"], totals["misses"]) == (4, 0)
     assert totals["bytes_sent"] > 0 and totals["bytes_received"] == 0
     assert totals["connections"] >= 2  # this thread's and the async one
+
+
+def test_rotating_credentials_over_tls(tls_server: TLSServer, certs: Certs) -> None:
+    """CREDENTIAL_PROVIDER over TLS: a thread's connection re-authenticates in place (one AUTH
+    round trip); the async connection is remade with the new credentials; a refused new
+    connection asks the provider and tries again."""
+    from redoxide._credentials import credentials_for
+    from support.rotation import Holder, wait_until
+
+    server = tls_server.server
+    for user in ("tls-u1", "tls-u2"):
+        server.cli("ACL", "SETUSER", user, "on", f">{PASSWORD}{user}", "~*", "+@all")
+    holder = Holder()
+    holder.answer = ("tls-u1", f"{PASSWORD}tls-u1")
+    options = {
+        "CREDENTIAL_PROVIDER": holder,
+        "CREDENTIAL_REFRESH_SECONDS": 1,
+        "SSL_CA_CERTS": str(certs.ca),
+        "SOCKET_CONNECT_TIMEOUT": 5.0,
+    }
+    cache = build_cache(tls_server.url(), {"OPTIONS": options, "KEY_PREFIX": fresh_prefix()})
+    cache.set("k", 1)
+
+    def users() -> dict[str, str]:
+        found = {}
+        for line in server.cli("CLIENT", "LIST").splitlines():
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            if fields.get("user", "").startswith("tls-u"):
+                found[fields["id"]] = fields["user"]
+        return found
+
+    (link,) = users()  # the sync connection of this thread, as tls-u1
+    cell = credentials_for(cache._config.credential_provider)
+    generation = cell.generation
+    holder.answer = ("tls-u2", f"{PASSWORD}tls-u2")
+    wait_until(lambda: cell.generation > generation, what="the provider's next call")
+    assert cache.get("k") == 1
+    assert users()[link] == "tls-u2"  # the same connection, now tls-u2
+    assert asyncio.run(cache.aget("k")) == 1
+    assert sum(user == "tls-u2" for user in users().values()) == 2
+    # Rotated where a process has not heard yet (refreshed only every 300 s): its new
+    # connections are refused, ask the provider, and try again.
+    slow = Holder()
+    slow.answer = ("tls-u1", f"{PASSWORD}tls-u1")
+    options = {**options, "CREDENTIAL_PROVIDER": slow, "CREDENTIAL_REFRESH_SECONDS": 300}
+    other = build_cache(tls_server.url(), {"OPTIONS": options, "KEY_PREFIX": fresh_prefix()})
+    other.set("k", 2)
+    assert asyncio.run(other.aget("k")) == 2
+    calls = slow.calls
+    slow.answer = ("tls-u1", f"{PASSWORD}rotated")
+    server.cli("ACL", "SETUSER", "tls-u1", "resetpass", f">{PASSWORD}rotated")
+    server.cli("CLIENT", "KILL", "USER", "tls-u1")
+    # The async connection first: its manager reconnects with the old password, is refused,
+    # and the call goes again on a connection made with the new one.
+    assert asyncio.run(other.aget("k")) == 2
+    assert slow.calls > calls
+    assert other.get("k") == 2
