@@ -53,7 +53,7 @@ CONNECTIVITY = "redoxide_connectivity"
 _HINTS = {
     "E001": "LOCATION is a redis://, rediss://, valkey:// or unix:// URL, or a list of them "
     "(the first is the primary).",
-    "E002": "See the Options table of redoxide's README for the accepted names.",
+    "E002": "See redoxide's docs/options.md for the accepted names.",
     "E003": "Fix the value the message names.",
     "E004": "Django could not build this cache from its settings.",
     "E005": "Keep KEY_PREFIX outside whatever KEY_FUNCTION hashes (e.g. "
