@@ -46,14 +46,19 @@ class CredentialProvider:
     """A parsed CREDENTIAL_PROVIDER: what to call and how often."""
 
     #: A callable returning credentials, or an object with ``get_credentials()`` (redis-py's
-    #: ``CredentialProvider``).
-    provider: Any = field(repr=False)
+    #: ``CredentialProvider``). Compared by identity (``key``): it need not be hashable.
+    provider: Any = field(repr=False, compare=False)
     #: How messages name it: its dotted path, or its qualified name.
     name: str
     #: The longest time between two calls, in seconds (CREDENTIAL_REFRESH_SECONDS).
     refresh: float = DEFAULT_REFRESH
     #: The username sent with a bare token (USERNAME, or the one in LOCATION).
     username: str | None = None
+    #: The provider's identity.
+    key: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", id(self.provider))
 
 
 def _fail(option: str, message: str) -> ConfigurationError:

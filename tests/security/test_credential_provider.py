@@ -70,7 +70,10 @@ def both_ways(cache: Any, key: str = "k") -> None:
 
 
 class GetCredentials:
-    """redis-py's CredentialProvider shape: an object with get_credentials()."""
+    """redis-py's CredentialProvider shape: an object with get_credentials() (and unhashable,
+    as a dataclass with fields is)."""
+
+    __hash__ = None  # type: ignore[assignment]
 
     def get_credentials(self) -> tuple[str, str]:
         return ("u2", PW2)
