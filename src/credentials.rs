@@ -88,18 +88,21 @@ impl Cell {
     }
 
     /// Before a connection's first credentials: if there are none yet, ask the provider's
-    /// thread and wait up to `timeout` for its answer (the first call of a process meets this).
-    pub fn first(&self, timeout: Duration) {
+    /// thread and wait up to `timeout` for its answer (the first call of a process meets this);
+    /// the reason if none came.
+    pub fn first(&self, timeout: Duration) -> Result<()> {
         if self.generation() == 0 {
             self.refresh(0, timeout);
         }
+        self.current().map(drop)
     }
 
     /// `first` for async code.
-    pub async fn first_async(&self, timeout: Duration) {
+    pub async fn first_async(&self, timeout: Duration) -> Result<()> {
         if self.generation() == 0 {
             self.refresh_async(0, timeout).await;
         }
+        self.current().map(drop)
     }
 
     /// Store new credentials; false (and nothing moves) when they are the ones in use.
@@ -167,7 +170,10 @@ impl Cell {
                 let notified = self.changed_async.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if self.generation() != seen || self.answers.load(Ordering::Acquire) != before {
+                if self.generation() != seen
+                    || self.answers.load(Ordering::Acquire) != before
+                    || lock(&self.requests).closed
+                {
                     return;
                 }
                 notified.await;
@@ -258,6 +264,7 @@ impl PyCredentials {
     fn close(&self) {
         lock(&self.0.requests).closed = true;
         self.0.changed.notify_all();
+        self.0.changed_async.notify_waiters();
     }
 
     /// Open again after `close` (a forked child restarts the provider's thread).

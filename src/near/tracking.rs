@@ -380,7 +380,8 @@ async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id: u64) {
     loop {
         // Made for each session: credentials that change are the current ones.
         if let Some(creds) = &source.creds {
-            creds.first_async(source.connect_timeout).await;
+            // None yet: `client` below says so, and the loop tries again later.
+            let _ = creds.first_async(source.connect_timeout).await;
         }
         let (client, auth_gen) = match source.client() {
             Ok(made) => made,
@@ -488,12 +489,17 @@ async fn session(
     let mut marked_at = now_ns();
     loop {
         let sent = now_ns();
-        let mut probe = redis::pipe();
         if let Some(auth) = source.reauth(&mut auth_gen) {
-            // New credentials: this long-lived connection authenticates with them (a refusal
-            // leaves it as it was; the reply is ignored).
-            probe.add_command(auth).ignore();
+            // New credentials: this long-lived connection authenticates with them. A refusal
+            // leaves it as it was (and is no reason to drop it); a connection that does not
+            // answer is dropped, as a probe's would be.
+            match tokio::time::timeout(patience, auth.query_async::<Value>(&mut conn)).await {
+                Err(_) => return Ok(()),
+                Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => return Ok(()),
+                Ok(_) => {}
+            }
         }
+        let mut probe = redis::pipe();
         probe.cmd("PING");
         if source.check_db {
             probe.cmd("GET").arg(&marker);

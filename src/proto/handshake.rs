@@ -87,17 +87,20 @@ impl Handshake {
         self
     }
 
-    /// Wait (up to `timeout`) for a provider's first credentials if there are none yet.
-    pub fn first(&self, timeout: std::time::Duration) {
-        if let Some(creds) = &self.creds {
-            creds.first(timeout);
+    /// Wait (up to `timeout`) for a provider's first credentials if there are none yet; the
+    /// reason if none came.
+    pub fn first(&self, timeout: std::time::Duration) -> Result<()> {
+        match &self.creds {
+            Some(creds) => creds.first(timeout),
+            None => Ok(()),
         }
     }
 
     /// `first` for async code.
-    pub async fn first_async(&self, timeout: std::time::Duration) {
-        if let Some(creds) = &self.creds {
-            creds.first_async(timeout).await;
+    pub async fn first_async(&self, timeout: std::time::Duration) -> Result<()> {
+        match &self.creds {
+            Some(creds) => creds.first_async(timeout).await,
+            None => Ok(()),
         }
     }
 

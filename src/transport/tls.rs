@@ -113,7 +113,8 @@ impl Shared {
     fn client(&self) -> Result<(u64, redis::Client)> {
         let mut client = self.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(creds) = &self.creds {
-            if creds.generation() != client.0 {
+            // (Generation 0 is the client made without credentials: never used with a provider.)
+            if client.0 == 0 || creds.generation() != client.0 {
                 let (generation, secret) = creds.current()?;
                 let mut settings = self.info.redis_settings().clone();
                 if let Some(user) = &secret.username {
@@ -162,33 +163,37 @@ impl Shared {
 }
 
 impl TlsTransport {
-    /// A new blocking connection.
+    /// A new blocking connection, within one connect timeout however many tries it takes.
     pub fn connect(&self) -> Result<TlsLink> {
-        match self.connect_once() {
-            Err(err) if self.refreshed(&err) => self.connect_once(),
+        let deadline = std::time::Instant::now() + self.timeouts.connect;
+        let left = || deadline.saturating_duration_since(std::time::Instant::now());
+        let mut seen = 0;
+        match self.connect_once(left(), &mut seen) {
+            Err(err) if self.refreshed(&err, seen, left()) => self.connect_once(left(), &mut seen),
             outcome => outcome,
         }
     }
 
-    /// After a refused connection: whether fresh credentials came (asked for from the
-    /// provider), so that connecting is worth one more try.
-    fn refreshed(&self, err: &Error) -> bool {
+    /// After a connection refused with credentials of generation `seen`: whether newer ones
+    /// came within `timeout` (asked for from the provider), so that connecting is worth one
+    /// more try.
+    fn refreshed(&self, err: &Error, seen: u64, timeout: Duration) -> bool {
         match &self.shared.creds {
-            Some(creds) if credentials::refused(err) => {
-                let seen = creds.generation();
-                creds.refresh(seen, self.timeouts.connect)
-            }
+            Some(creds) if credentials::refused(err) => creds.refresh(seen, timeout),
             _ => false,
         }
     }
 
-    fn connect_once(&self) -> Result<TlsLink> {
+    /// One try; `auth_gen` is set to the generation of the credentials it used.
+    fn connect_once(&self, timeout: Duration, auth_gen: &mut u64) -> Result<TlsLink> {
         let connect_timeout = self.timeouts.connect;
         if let Some(creds) = &self.shared.creds {
-            creds.first(connect_timeout);
+            creds.first(timeout)?;
         }
-        let (auth_gen, client) = self.shared.client()?;
-        let mut conn = client.get_connection_with_timeout(connect_timeout).map_err(|e| {
+        let (generation, client) = self.shared.client()?;
+        *auth_gen = generation;
+        let timeout = timeout.max(Duration::from_millis(1));
+        let mut conn = client.get_connection_with_timeout(timeout).map_err(|e| {
             match self.shared.fail(&e) {
                 // Not answering the connect (or the handshake) is the server being away.
                 Error::Timeout(_) => Error::Connection(format!(
@@ -206,7 +211,7 @@ impl TlsTransport {
         Ok(TlsLink {
             conn,
             creds: self.shared.creds.clone(),
-            auth_gen,
+            auth_gen: *auth_gen,
             addr: Arc::clone(&self.addr),
             stats: Arc::clone(&self.stats),
             _open: self.stats.opened(),
@@ -315,10 +320,11 @@ impl TlsLink {
                 }
                 auth.arg(&secret.password);
                 match auth.query::<Value>(&mut self.conn) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {}
-                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {}
-                    Err(e) => return Err(Error::from_redis(&e, &self.addr)),
+                    // A refusal (WRONGPASS and the like) leaves the connection as it was.
+                    Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+                        return Err(Error::from_redis(&e, &self.addr))
+                    }
+                    _ => {}
                 }
                 self.auth_gen = generation;
             }

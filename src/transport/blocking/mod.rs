@@ -159,7 +159,11 @@ impl Blocking {
     /// Connect within the connect timeout and run the AUTH / SELECT handshake.
     pub fn connect(config: &Arc<PlainConfig>) -> Result<Self> {
         let addr = &config.addr;
-        config.handshake.first(config.connect_timeout);
+        // One connect timeout in all: waiting for a provider's first credentials, connecting,
+        // and waiting for fresh credentials after a refusal.
+        let deadline = Instant::now() + config.connect_timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        config.handshake.first(left())?;
         let refused = |e: &std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
@@ -167,8 +171,7 @@ impl Blocking {
             Target::Tcp(host, port) => {
                 let mut last = None;
                 let mut stream = None;
-                let deadline = Instant::now() + config.connect_timeout;
-                for sockaddr in resolve(host, *port, config.connect_timeout, addr)? {
+                for sockaddr in resolve(host, *port, left(), addr)? {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         last = Some(std::io::ErrorKind::TimedOut.into());
@@ -213,20 +216,23 @@ impl Blocking {
         let handshake = &config.handshake;
         let (packed, generation) = handshake.start()?;
         conn.auth_gen = generation;
+        // Written as it is (`write`, not `send`): the handshake carries its own AUTH.
         if handshake.needs_answer() {
-            let replies = conn.request(&packed, handshake.replies())?;
+            conn.write(&packed)?;
+            let replies = conn.receive(handshake.replies(), Wait::Spin)?;
             if let Err(err) = handshake.check(replies, addr) {
                 // Rotated credentials the server already wants: ask for them, and try once more.
-                if !handshake.refreshed(&err, generation, config.connect_timeout) {
+                if !handshake.refreshed(&err, generation, left()) {
                     return Err(err);
                 }
                 let (packed, generation) = handshake.start()?;
                 conn.auth_gen = generation;
-                let replies = conn.request(&packed, handshake.replies())?;
+                conn.write(&packed)?;
+                let replies = conn.receive(handshake.replies(), Wait::Spin)?;
                 handshake.check(replies, addr)?;
             }
         } else if !handshake.is_empty() {
-            conn.send(&packed)?;
+            conn.write(&packed)?;
             conn.discard = handshake.replies().count();
         }
         Ok(conn)

@@ -22,7 +22,7 @@ impl Stream {
     /// the generation of the credentials it authenticated with (see `Handshake::start`).
     pub async fn open(config: &PlainConfig) -> Result<(Self, usize, u64)> {
         let addr = &config.addr;
-        config.handshake.first_async(config.connect_timeout).await;
+        config.handshake.first_async(config.connect_timeout).await?;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
