@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -147,7 +148,12 @@ def normalize(result: Any, username: str | None) -> tuple[str | None, str, float
         if result.get("expires_in") is not None:
             expires_in = result["expires_in"]
         elif result.get("expires_at") is not None:
-            expires_in = result["expires_at"] - time.time()
+            expires_at = result["expires_at"]
+            if isinstance(expires_at, datetime):  # Azure's expires_on, boto's Expiration
+                expires_at = expires_at.timestamp()
+            if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
+                raise _Unusable(f"an expiry of type {type(expires_at).__name__}")
+            expires_in = expires_at - time.time()
         if expires_in is not None and (
             isinstance(expires_in, bool) or not isinstance(expires_in, (int, float))
         ):
@@ -199,7 +205,7 @@ class _Fetcher:
             username, password, expires_in = normalize(self._call(), self.spec.username)
         except _Unusable as exc:
             message = f"{where} returned {exc}; it must return {_SHAPES}"
-        except Exception as exc:  # the user's code: any failure is reported, never raised here
+        except BaseException as exc:  # the user's code: reported, never raised on this thread
             message = f"{where} raised {type(exc).__name__}"
             # Its text may quote what it fetched: only at DEBUG, for whoever asks for it.
             logger.debug("%s", message, exc_info=True)

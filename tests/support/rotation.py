@@ -51,16 +51,20 @@ class Traffic:
         self.cache = cache
         self.failures: list[BaseException] = []
         self.calls = 0
+        #: Calls made by each sync thread and each async task.
+        self.by_worker: dict[str, int] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._workers = [
             threading.Thread(target=self._sync, args=(i,), daemon=True) for i in range(threads)
         ]
         self._workers.append(threading.Thread(target=self._async, args=(tasks,), daemon=True))
+        self._tasks = tasks
 
-    def _count(self, failure: BaseException | None = None) -> None:
+    def _count(self, worker: str, failure: BaseException | None = None) -> None:
         with self._lock:
             self.calls += 1
+            self.by_worker[worker] = self.by_worker.get(worker, 0) + 1
             if failure is not None:
                 self.failures.append(failure)
 
@@ -70,9 +74,9 @@ class Traffic:
             try:
                 self.cache.set(key, i)
                 assert self.cache.get(key) == i
-                self._count()
+                self._count(key)
             except Exception as exc:  # kept and asserted on by the test
-                self._count(exc)
+                self._count(key, exc)
 
     def _async(self, tasks: int) -> None:
         async def one(i: int) -> None:
@@ -81,14 +85,18 @@ class Traffic:
                 try:
                     await self.cache.aset(key, i)
                     assert await self.cache.aget(key) == i
-                    self._count()
+                    self._count(key)
                 except Exception as exc:  # kept and asserted on by the test
-                    self._count(exc)
+                    self._count(key, exc)
 
         async def main() -> None:
             await asyncio.gather(*(one(i) for i in range(tasks)))
 
         asyncio.run(main())
+
+    @property
+    def workers(self) -> int:
+        return len(self._workers) - 1 + self._tasks
 
     def __enter__(self) -> Traffic:
         for worker in self._workers:
@@ -96,9 +104,20 @@ class Traffic:
         return self
 
     def wait_calls(self, more: int) -> None:
-        """Wait until `more` calls have been made from now."""
-        target = self.calls + more
-        wait_until(lambda: self.calls >= target, what=f"{more} more calls")
+        """Wait until `more` calls have been made from now, by every worker at least one (a
+        starved thread on a loaded host is waited for, not missed)."""
+        with self._lock:
+            target = self.calls + more
+            start = dict(self.by_worker)
+
+        def done() -> bool:
+            with self._lock:
+                each = len(self.by_worker) == self.workers and all(
+                    n > start.get(w, 0) for w, n in self.by_worker.items()
+                )
+                return each and self.calls >= target
+
+        wait_until(done, what=f"{more} more calls, from every worker")
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
