@@ -48,7 +48,17 @@ from typing import Any
 
 from fullstack_project import PACKAGE, write_project
 from fullstack_proxy import DelayProxy, ping_rtt_ms
-from fullstack_report import BASELINE_NAME, REFERENCE, Config, Run, chart, medians, ratios, report
+from fullstack_report import (
+    BASELINE_NAME,
+    REFERENCE,
+    Config,
+    Run,
+    chart,
+    medians,
+    ratios,
+    report,
+    summary,
+)
 from fullstack_tools import (
     CONNECTIONS,
     WRK,
@@ -588,6 +598,11 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument(
         "--redraw", metavar="JSON", help="print the tables and redraw the chart from a saved run"
     )
+    p.add_argument(
+        "--summary",
+        metavar="JSON",
+        help="print a saved run's six-op view as one table per server mode (the READMEs')",
+    )
     args = p.parse_args(argv)
     if "redoxide-alt" in args.backends and not os.environ.get("REDOXIDE_ALT_PYTHONPATH"):
         # (also matches redoxide-alt-near)
@@ -604,18 +619,20 @@ def parse_args(argv: Sequence[str] | None) -> Config:
             delay_ms=args.delay_ms,
             quick=args.quick,
             no_save=args.no_save,
-            redraw=args.redraw,
+            redraw=args.redraw or args.summary,
+            summary=bool(args.summary),
         )
     except argparse.ArgumentTypeError as exc:
         p.error(str(exc))  # exits
 
 
-def redraw(path: str) -> int:
+def redraw(path: str, summarize: bool = False) -> int:
     """Print the tables of a saved run and draw its chart again."""
     data = json.loads(Path(path).read_text())
     fields: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()
     }
+    fields.pop("summary", None)
     run = Run(
         Config(**fields),
         cells=data.get("rounds", {}),
@@ -627,6 +644,9 @@ def redraw(path: str) -> int:
         # Runs saved before the column existed: the sum of the medians stands in.
         if "stack_cpu_us" not in figures and {"app_cpu_us", "redis_cpu_us"} <= figures.keys():
             figures["stack_cpu_us"] = figures["app_cpu_us"] + figures["redis_cpu_us"]
+    if summarize:
+        print(summary(run, med, ratios(med, run), "six"))
+        return 0
     print(report(run, med, ratios(med, run), LABELS))
     print(chart(run, med, RESULTS_DIR / "fullstack.png"))
     return 0
@@ -635,7 +655,7 @@ def redraw(path: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     if config.redraw:
-        return redraw(config.redraw)
+        return redraw(config.redraw, config.summary)
     if problems := check_tools(config.servers):
         print("\n".join(problems), file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ class Config:
     quick: bool
     no_save: bool = False
     redraw: str | None = None
+    summary: bool = False
 
 
 @dataclass
@@ -275,3 +276,81 @@ def chart(run: Run, med: dict[str, dict[str, float]], path: Path) -> str:
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return f"chart: {path}"
+
+
+def summary(
+    run: Run, med: dict[str, dict[str, float]], rat: dict[str, dict[str, float]], view: str
+) -> str:
+    """One table per server mode for the READMEs: every backend of `view` under every
+    condition, with its costs, its distance to the in-process floor, and redoxide's ratios to
+    REFERENCE beside their spread over rounds and the ceiling."""
+    out: list[str] = []
+    for server in run.config.servers:
+        rows = []
+        for condition in run.config.conditions:
+            base = med.get(Run.key(condition, server, "base", BASELINE_NAME))
+            floor = med.get(Run.key(condition, server, view, FLOOR))
+            low = None if floor is None else cache_cost(floor)
+            if base is not None:
+                rows.append(
+                    [
+                        condition,
+                        "(no cache view)",
+                        fmt(base["rps"]),
+                        fmt(base["p99_ms"], 1),
+                        fmt(base["app_cpu_us"]),
+                        "",
+                        "",
+                        "",
+                        "",
+                    ]
+                )
+            for backend in run.config.backends:
+                figures = med.get(Run.key(condition, server, view, backend))
+                if figures is None:
+                    continue
+                cost = cache_cost(figures)
+                above = "" if cost is None or not low else fmt(cost / low, 1)
+                rows.append([
+                    condition, backend, fmt(figures["rps"]), fmt(figures["p99_ms"], 1),
+                    fmt(figures["app_cpu_us"]), fmt(figures.get("cache_cpu_us")),
+                    fmt(figures.get("redis_cpu_us"), 1), fmt(cost), above,
+                ])  # fmt: skip
+        if not rows:
+            continue
+        out += ["", f"**{server}**", ""]
+        out += table(
+            ["network", "backend", "req/s", "p99 ms", "app CPU", "cache CPU", "redis CPU",
+             "cache cost", "x floor"],
+            rows,
+        )  # fmt: skip
+        ratio_rows = []
+        for condition in run.config.conditions:
+            r = rat.get(f"{condition}|{server}|{view}")
+            if r is None:
+                continue
+            ours = med.get(Run.key(condition, server, view, "redoxide"), {})
+            ref = med.get(Run.key(condition, server, view, REFERENCE), {})
+            costs = cache_cost(ours), cache_cost(ref)
+            cost = costs[0] / costs[1] if costs[0] is not None and costs[1] else None
+            ratio_rows.append([
+                condition, f"{fmt(r.get('rps'), 2)} ({fmt(r.get('rps_low'), 2)}-"
+                f"{fmt(r.get('rps_high'), 2)})", fmt(r.get("ceiling"), 2), fmt(cost, 2),
+                fmt(r.get("stack_cpu_us"), 2), fmt(r.get("redis_cpu_us"), 2),
+                fmt(r.get("p99_ms"), 2),
+            ])  # fmt: skip
+        if ratio_rows:
+            out += ["", f"redoxide / {REFERENCE}:", ""]
+            out += table(
+                [
+                    "network",
+                    "req/s (by round)",
+                    "ceiling",
+                    "cache cost",
+                    "app + redis CPU",
+                    "redis CPU",
+                    "p99",
+                ],
+                ratio_rows,
+            )
+    return "\n".join(out)
