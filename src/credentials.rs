@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 
@@ -138,22 +138,18 @@ impl Cell {
     /// Ask the provider's thread for fresh credentials and wait up to `timeout` for its
     /// answer; whether credentials newer than generation `seen` came.
     pub fn refresh(&self, seen: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
         let mut requests = lock(&self.requests);
         let before = self.answers.load(Ordering::Acquire);
         requests.pending += 1;
         self.changed.notify_all();
-        while self.generation() == seen && self.answers.load(Ordering::Acquire) == before {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || requests.closed {
-                return false;
-            }
-            requests = self
-                .changed
-                .wait_timeout(requests, left)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
-        }
+        let waiting = |r: &mut Requests| {
+            !r.closed && self.generation() == seen && self.answers.load(Ordering::Acquire) == before
+        };
+        drop(
+            self.changed
+                .wait_timeout_while(requests, timeout, waiting)
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         self.generation() != seen
     }
 
@@ -192,19 +188,10 @@ impl Cell {
     /// For the provider's thread: wait up to `timeout` for a refresh request; whether one came
     /// (all requests so far are taken).
     pub(crate) fn take_request(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut requests = lock(&self.requests);
-        while requests.pending == 0 && !requests.closed {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            requests = self
-                .changed
-                .wait_timeout(requests, left)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
-        }
+        let (mut requests, _) = self
+            .changed
+            .wait_timeout_while(lock(&self.requests), timeout, |r| r.pending == 0 && !r.closed)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         std::mem::take(&mut requests.pending) > 0
     }
 }
@@ -253,11 +240,6 @@ impl PyCredentials {
         lock(&self.0.requests).failure = Some(message);
         // Connections waiting for the answer give up now, with the reason.
         self.0.answered();
-    }
-
-    /// Ask for fresh credentials, as a refused handshake does.
-    fn request_refresh(&self) {
-        self.0.request_refresh();
     }
 
     /// Stop waiting: the provider's thread and connections waiting for new credentials return.

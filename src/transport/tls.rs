@@ -155,8 +155,8 @@ impl Shared {
             .set_connection_timeout(Some(self.timeouts.connect))
             .set_response_timeout(Some(self.timeouts.response))
             .set_number_of_retries(0);
-        let manager = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| Error::from_redis(&e, &self.addr))?;
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| self.fail(&e))?;
         *aio = Some((manager.clone(), self.stats.opened(), generation));
         Ok((manager, generation))
     }
