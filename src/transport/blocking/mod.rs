@@ -214,28 +214,28 @@ impl Blocking {
             auth_gen: 0,
         };
         let handshake = &config.handshake;
-        let (packed, generation) = handshake.start()?;
-        conn.auth_gen = generation;
         // Written as it is (`write`, not `send`): the handshake carries its own AUTH.
-        if handshake.needs_answer() {
+        if !handshake.needs_answer() {
+            let (packed, _) = handshake.start()?;
+            if !handshake.is_empty() {
+                conn.write(&packed)?;
+                conn.discard = handshake.replies().count();
+            }
+            return Ok(conn);
+        }
+        let mut tried = false;
+        loop {
+            let (packed, generation) = handshake.start()?;
+            conn.auth_gen = generation;
             conn.write(&packed)?;
             let replies = conn.receive(handshake.replies(), Wait::Spin)?;
-            if let Err(err) = handshake.check(replies, addr) {
-                // Rotated credentials the server already wants: ask for them, and try once more.
-                if !handshake.refreshed(&err, generation, left()) {
-                    return Err(err);
-                }
-                let (packed, generation) = handshake.start()?;
-                conn.auth_gen = generation;
-                conn.write(&packed)?;
-                let replies = conn.receive(handshake.replies(), Wait::Spin)?;
-                handshake.check(replies, addr)?;
+            match handshake.check(replies, addr) {
+                Ok(()) => return Ok(conn),
+                // Rotated credentials the server already wants: ask for them, try once more.
+                Err(err) if !tried && handshake.refreshed(&err, generation, left()) => tried = true,
+                Err(err) => return Err(err),
             }
-        } else if !handshake.is_empty() {
-            conn.write(&packed)?;
-            conn.discard = handshake.replies().count();
         }
-        Ok(conn)
     }
 
     /// Whether the server closed this connection (or sent something unasked) while it sat

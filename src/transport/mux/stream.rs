@@ -38,26 +38,29 @@ impl Stream {
         if handshake.is_empty() {
             return Ok((stream, 0, 0));
         }
-        let (packed, generation) = handshake.start()?;
-        stream.write_all(&packed).await.map_err(failed)?;
-        config.stats.sent(packed.len());
-        if !handshake.needs_answer() {
-            return Ok((stream, handshake.replies().count(), generation));
+        let mut tried = false;
+        loop {
+            let (packed, generation) = handshake.start()?;
+            stream.write_all(&packed).await.map_err(failed)?;
+            config.stats.sent(packed.len());
+            if !handshake.needs_answer() {
+                return Ok((stream, handshake.replies().count(), generation));
+            }
+            let replies = stream.read_replies(handshake.replies().count(), config).await?;
+            match handshake.check(Value::Array(replies), addr) {
+                Ok(()) => return Ok((stream, 0, generation)),
+                // Rotated credentials the server already wants: ask for them, try once more.
+                Err(err)
+                    if !tried
+                        && handshake
+                            .refreshed_async(&err, generation, config.connect_timeout)
+                            .await =>
+                {
+                    tried = true;
+                }
+                Err(err) => return Err(err),
+            }
         }
-        let replies = stream.read_replies(handshake.replies().count(), config).await?;
-        let Err(err) = handshake.check(Value::Array(replies), addr) else {
-            return Ok((stream, 0, generation));
-        };
-        // Rotated credentials the server already wants: ask for them, and try once more.
-        if !handshake.refreshed_async(&err, generation, config.connect_timeout).await {
-            return Err(err);
-        }
-        let (packed, generation) = handshake.start()?;
-        stream.write_all(&packed).await.map_err(failed)?;
-        config.stats.sent(packed.len());
-        let replies = stream.read_replies(handshake.replies().count(), config).await?;
-        handshake.check(Value::Array(replies), addr)?;
-        Ok((stream, 0, generation))
     }
 
     pub async fn ready(&self, interest: Interest) -> std::io::Result<()> {
