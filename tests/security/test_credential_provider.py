@@ -62,6 +62,23 @@ def users(server: RedisServer) -> dict[int, str]:
     return {cid: fields["user"] for cid, fields in clients_of(server).items()}
 
 
+def rotating(server: RedisServer, **options: Any) -> tuple[Holder, Any, Any]:
+    """A provider answering ("u1", PW1), a cache refreshing it every second (plus `options`),
+    and the process' credentials cell for it."""
+    holder = Holder()
+    holder.answer = ("u1", PW1)
+    options = {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1, **options}
+    cache = build_cache(url(server), {"OPTIONS": options})
+    return holder, cache, credentials_for(cache._config.credential_provider)
+
+
+def answer_next(holder: Holder, cell: Any, answer: Any) -> None:
+    """Make the provider answer `answer`, and wait until its next call has been stored."""
+    generation = cell.generation
+    holder.answer = answer
+    wait_until(lambda: cell.generation > generation, what="the provider's next call")
+
+
 def both_ways(cache: Any, key: str = "k") -> None:
     cache.set(key, {"v": 1})
     assert cache.get(key) == {"v": 1}
@@ -124,20 +141,12 @@ def test_redis_py_provider_objects_and_dotted_paths(rot_server: RedisServer) -> 
 def test_new_credentials_reach_live_connections_without_reconnecting(
     rot_server: RedisServer,
 ) -> None:
-    holder = Holder()
-    holder.answer = ("u1", PW1)
-    cache = build_cache(
-        url(rot_server),
-        {"OPTIONS": {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1}},
-    )
-    cell = credentials_for(cache._config.credential_provider)
+    holder, cache, cell = rotating(rot_server)
     with Traffic(cache, threads=4, tasks=8) as traffic:
         traffic.wait_calls(300)
         before = users(rot_server)
         assert before and set(before.values()) == {"u1"}
-        generation = cell.generation
-        holder.answer = ("u2", PW2)
-        wait_until(lambda: cell.generation > generation, what="the provider's next call")
+        answer_next(holder, cell, ("u2", PW2))
         # Every connection that makes a call now sends AUTH as u2 in front of it.
         wait_until(lambda: set(users(rot_server).values()) == {"u2"}, what="every connection u2")
         traffic.wait_calls(300)
@@ -151,19 +160,11 @@ def test_new_credentials_reach_live_connections_without_reconnecting(
 def test_new_credentials_the_server_refuses_leave_live_connections_as_they_were(
     rot_server: RedisServer,
 ) -> None:
-    holder = Holder()
-    holder.answer = ("u1", PW1)
-    cache = build_cache(
-        url(rot_server),
-        {"OPTIONS": {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1}},
-    )
-    cell = credentials_for(cache._config.credential_provider)
+    holder, cache, cell = rotating(rot_server)
     with Traffic(cache, threads=2, tasks=4) as traffic:
         traffic.wait_calls(100)
         before = users(rot_server)
-        generation = cell.generation
-        holder.answer = ("u1", "not-the-password")
-        wait_until(lambda: cell.generation > generation, what="the provider's next call")
+        answer_next(holder, cell, ("u1", "not-the-password"))
         traffic.wait_calls(100)
         after = users(rot_server)
     assert traffic.failures == []
@@ -200,19 +201,8 @@ def test_a_refused_handshake_asks_the_provider_and_tries_again(rot_server: Redis
 
 
 def test_the_near_cache_tracking_connection_follows(rot_server: RedisServer) -> None:
-    holder = Holder()
-    holder.answer = ("u1", PW1)
     near = {"PREFIXES": [""], "MAX_STALE_MS": 200}
-    cache = build_cache(
-        url(rot_server),
-        {
-            "OPTIONS": {
-                "CREDENTIAL_PROVIDER": holder,
-                "CREDENTIAL_REFRESH_SECONDS": 1,
-                "NEAR_CACHE": near,
-            }
-        },
-    )
+    holder, cache, _ = rotating(rot_server, NEAR_CACHE=near)
     cache.set("k", 1)
     assert cache.get("k") == 1
 
@@ -374,9 +364,7 @@ def test_every_node_of_a_topology_authenticates_and_follows_a_rotation(
 
     assert first in seen()
     cell = credentials_for(cache._config.credential_provider)
-    generation = cell.generation
-    holder.answer = (second, PW2)
-    wait_until(lambda: cell.generation > generation, what="the provider's next call")
+    answer_next(holder, cell, (second, PW2))
 
     def moved() -> bool:
         # Writes and reads, sync and async: every connection the cache has is used.
