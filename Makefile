@@ -52,11 +52,11 @@ $(DEPS_STAMP): requirements-dev.txt requirements-test.txt | $(PY)
 	@touch $@
 
 $(BUILD_STAMP): $(RUST_INPUTS) $(DEPS_STAMP) $(if $(EXT_MODULE),,FORCE)
-	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release --features test-hooks
 	@touch $@
 
-build: system-deps $(DEPS_STAMP) ## Rebuild the Rust extension into .venv now (maturin develop --release)
-	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release
+build: system-deps $(DEPS_STAMP) ## Rebuild the Rust extension into .venv now (maturin develop --release, with the tests' hooks)
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release --features test-hooks
 	@touch $(BUILD_STAMP)
 
 test: install ## Run the Python tests (pytest) and the Rust unit tests (cargo test)
@@ -164,7 +164,7 @@ test-valkey: install ## Run the Python tests against valkey-server (from the val
 
 lint: system-deps $(DEPS_STAMP) ## Check formatting, clippy, ruff and mypy (changes nothing)
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features test-hooks -- -D warnings
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

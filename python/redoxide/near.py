@@ -96,7 +96,6 @@ class NearClient:
         self._nodes: tuple[Any, ...] | None = None
         # A cluster has no SWAPDB (and a marker key would belong to some other node's slots).
         self._check_db = getattr(inner, "slots", None) is None
-        self._delay = 0.0
         self._store = self._new_store()
         #: One server: its nodes never change, and a sync get is one call into the core.
         self._direct = isinstance(inner, _redoxide.Client)
@@ -125,7 +124,6 @@ class NearClient:
         # The child starts empty, with tracking connections of its own made on first use.
         _left_behind.append(self._store)
         self._store = self._new_store()
-        self._store.fill_delay = self._delay
         self._store.flush("fork")
         if self._nodes is not None:
             self._store.track(list(self._nodes), self._check_db)
@@ -183,16 +181,6 @@ class NearClient:
 
     # -- reads ---------------------------------------------------------------------------
 
-    @property
-    def _fill_delay(self) -> float:
-        """Seconds between a fill's reply and its install (tests widen the race with it)."""
-        return self._delay
-
-    @_fill_delay.setter
-    def _fill_delay(self, seconds: float) -> None:
-        self._delay = seconds
-        self._store.fill_delay = seconds
-
     def get(self, key: str, bridge: Any = None) -> Any:
         if bridge is None:
             if self._direct:
@@ -238,8 +226,6 @@ class NearClient:
             return (yield self._inner.get, (key,))
         try:
             data, pttl = yield self._inner.pipeline, ((("GET", key), ("PTTL", key)),)
-            if self._delay:
-                yield plans.pause, (self._delay,)
         except BaseException:
             self._store.cancel(key, token)
             raise
@@ -283,8 +269,6 @@ class NearClient:
             return found
         try:
             replies = yield self._inner.pipeline, (commands,)
-            if self._delay and fills:
-                yield plans.pause, (self._delay,)
         except BaseException:
             for _, key, token, _ in fills:
                 self._store.cancel(key, token)

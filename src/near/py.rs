@@ -1,7 +1,7 @@
 //! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats) and
 //! `Ready`, the awaitable of a value already at hand.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +49,6 @@ const FLUSHES: &[&str] = &["FLUSHDB", "FLUSHALL", "SWAPDB"];
 #[pyclass(module = "redoxide._redoxide", frozen)]
 pub struct NearCache {
     near: Arc<Near>,
-    fill_delay_ns: AtomicU64,
 }
 
 /// An awaitable that returns a value at once (a near-cache hit under `await`).
@@ -206,13 +205,8 @@ impl NearCache {
     /// return the value. The guard cancels the token if the awaitable is dropped unawaited.
     fn fill_finish(&self, key: &[u8], token: Token) -> crate::bridge::Finish {
         let guard = FillGuard { near: Arc::clone(&self.near), key: key.into(), token, done: false };
-        let delay = self.fill_delay_ns.load(Ordering::Relaxed);
         Box::new(move |py: Python<'_>, reply: Value| {
             let mut guard = guard;
-            if delay > 0 {
-                // Tests only: blocks the loop's thread while another thread writes.
-                py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
-            }
             guard.done = true;
             finish_fill(py, &guard.near, &guard.key, guard.token, Ok(reply))
         })
@@ -230,10 +224,6 @@ impl NearCache {
         let mut pipe = Pipeline::with_capacity(2);
         pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
         let reply = client.call_sync(py, &Request::Pipe(pipe));
-        let delay = self.fill_delay_ns.load(Ordering::Relaxed);
-        if delay > 0 {
-            py.detach(|| std::thread::sleep(Duration::from_nanos(delay)));
-        }
         finish_fill(py, &self.near, key, token, reply)
     }
 
@@ -310,7 +300,7 @@ impl NearCache {
         };
         let prefixes = prefixes.into_iter().map(Vec::into_boxed_slice).collect();
         let near = Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale));
-        Ok(NearCache { near: Arc::new(near), fill_delay_ns: AtomicU64::new(0) })
+        Ok(NearCache { near: Arc::new(near) })
     }
 
     /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
@@ -441,19 +431,6 @@ impl NearCache {
             let write = write::Write::set_many(&self.near, client.get(), &items, ttl_ms);
             self.send_write(py, write, bridge)
         })
-    }
-
-    /// Seconds between a fill's reply and its install (0 unless a test widens the race).
-    #[getter]
-    fn fill_delay(&self) -> f64 {
-        Duration::from_nanos(self.fill_delay_ns.load(Ordering::Relaxed)).as_secs_f64()
-    }
-
-    /// Wait this long between a fill's reply and its install (tests widen the race with it).
-    #[setter]
-    fn set_fill_delay(&self, seconds: f64) {
-        let ns = Duration::from_secs_f64(seconds.max(0.0)).as_nanos();
-        self.fill_delay_ns.store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Like `lookup`, but a hit comes back awaitable (`Ready`).

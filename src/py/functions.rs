@@ -1,5 +1,5 @@
-//! The module's functions: compression, cluster hash slots, the sync fan-out, and a panic
-//! for the tests.
+//! The module's functions: compression, cluster hash slots, the sync fan-out, and (in a build
+//! with the `test-hooks` feature only) a panic for the tests.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
@@ -19,7 +19,9 @@ const DETACH_THRESHOLD: usize = 4 * 1024;
 
 /// Add the functions to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(panic_for_tests, m)?)?;
+    // Set, not added: kept out of `__all__` and so out of the stub's public surface.
+    #[cfg(feature = "test-hooks")]
+    m.setattr("_panic_for_tests", wrap_pyfunction!(panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(lz4_compress, m)?)?;
     m.add_function(wrap_pyfunction!(lz4_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(zstd_compress, m)?)?;
@@ -31,8 +33,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// Raise `InternalError` from inside Rust, to prove a panic never crashes the interpreter.
-#[pyfunction]
-pub fn panic_for_tests() -> PyResult<()> {
+/// Only in a build with the `test-hooks` feature (`make build`), never in a wheel.
+#[cfg(feature = "test-hooks")]
+#[pyfunction(name = "_panic_for_tests")]
+fn panic_for_tests() -> PyResult<()> {
     guard(|| panic!("deliberate panic for the tests"))
 }
 

@@ -1,5 +1,6 @@
-"""Fixtures of the near-cache tests: a server of their own, caches with NEAR_CACHE on, and a
-second client that writes (helpers are in support/near.py).
+"""Fixtures of the near-cache tests: a server of their own, caches with NEAR_CACHE on, a
+second client that writes, and a proxy that can hold a fill's reply back (helpers are in
+support/near.py).
 
 Near caches live for the process (one per configuration) and keep a tracking connection and
 a database marker key on their server: the tests here use a server of this folder's own, and
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from support.backend import build_cache
 from support.near import near_options, stop_tracking
+from support.netfakes import CountingProxy
 from support.servers import RedisServer
 
 
@@ -25,6 +27,15 @@ def near_server() -> Iterator[RedisServer]:
     """Yield a redis-server of the near-cache tests' own (flush it in your test)."""
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture
+def near_proxy(near_server: RedisServer) -> Iterator[CountingProxy]:
+    """A proxy in front of near_server (request it before make_near, so it outlives the caches
+    made on it): ``make_near(near_proxy.url)``, then ``near_proxy.hold(b"PTTL")`` holds the
+    next fill's reply (GET and PTTL) in the proxy until ``near_proxy.release()``."""
+    with CountingProxy(near_server.port) as proxy:
+        yield proxy
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from support.dispatch import Ops
 from support.near import after_stale_bound, serving, wait_for, warm
+from support.netfakes import CountingProxy
 
 
 def _key(cache: Any, key: str) -> str:
@@ -117,13 +118,13 @@ def test_flushes_by_another_client_flush_the_near_cache(
 
 @pytest.mark.parametrize("many", [False, True], ids=["get", "get_many"])
 def test_a_fill_overtaken_by_an_invalidation_is_not_installed(
-    make_near: Callable[..., Any], writer: Any, mode: str, many: bool
+    near_proxy: CountingProxy, make_near: Callable[..., Any], writer: Any, mode: str, many: bool
 ) -> None:
-    cache = make_near()
+    # The order is built, not waited for: the proxy holds the fill's reply ("old") until the
+    # invalidation of another client's write has reached the store, then lets it through.
+    cache = make_near(near_proxy.url)
     cache.set("cfg:a", "old")
     serving(cache)
-    near = cache._client
-    near._fill_delay = 0.6  # between the fill's reply and its install
     read: list[Any] = []
 
     def reader() -> None:
@@ -136,18 +137,20 @@ def test_a_fill_overtaken_by_an_invalidation_is_not_installed(
         result = call(*args) if mode == "sync" else asyncio.run(call(*args))
         read.append(result)
 
-    def pttl_calls() -> int:
-        return int(writer.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0))
-
-    before, pttl_before = cache.near_cache_stats(), pttl_calls()
+    before = cache.near_cache_stats()
+    near_proxy.hold(b"PTTL")
     thread = threading.Thread(target=reader)
     thread.start()
-    # The fill has read "old" once its PTTL ran (earlier fills ran some: count from here);
-    # now another client writes.
-    wait_for("the fill's reply", lambda: pttl_calls() > pttl_before)
-    writer.set(_key(cache, "cfg:a"), b"9")
-    thread.join(10)
-    near._fill_delay = 0.0
+    try:
+        assert near_proxy.holding.wait(10), "the fill's reply never came"
+        writer.set(_key(cache, "cfg:a"), b"9")
+        wait_for(
+            "the invalidation",
+            lambda: cache.near_cache_stats()["invalidations"] > before["invalidations"],
+        )
+    finally:
+        near_proxy.release()
+        thread.join(10)
     assert read == [{"cfg:a": "old"} if many else "old"]  # what the server said then
     after = cache.near_cache_stats()
     assert after["fills_dropped"] == before["fills_dropped"] + 1

@@ -16,6 +16,7 @@ import pytest
 from redoxide.exceptions import CacheTimeout
 from support.dispatch import Ops
 from support.near import MAX_STALE_MS, after_stale_bound, near_options, serving, wait_for, warm
+from support.netfakes import CountingProxy
 from support.servers import RedisServer
 
 # Tests that count what an own write did need the gate open throughout (writes go through the
@@ -171,24 +172,36 @@ def test_a_stalled_write_times_out_and_tracking_starts_afresh(
     assert int(writer.get(made)) == 3
 
 
-def test_a_sync_get_many_waits_for_another_threads_fill(make_near: Callable[..., Any]) -> None:
-    # A fill held in flight (its install delayed): a get_many of the key from another thread
-    # waits for it, as get does, instead of reading the server too.
-    cache = make_near(near=STEADY)
+def test_a_sync_get_many_waits_for_another_threads_fill(
+    near_proxy: CountingProxy, make_near: Callable[..., Any]
+) -> None:
+    # A fill held in flight (the proxy holds its reply until the get_many waits for it): a
+    # get_many of the key from another thread waits for it, as get does, instead of reading
+    # the server too.
+    cache = make_near(near_proxy.url, near=STEADY)
     cache.set("cfg:a", "v")
     serving(cache)
-    near = cache._client
-    near._fill_delay = 1.0
     first: list[Any] = []
-    reader = threading.Thread(target=lambda: first.append(cache.get("cfg:a")))
     before = cache.near_cache_stats()
+    near_proxy.hold(b"PTTL")
+    reader = threading.Thread(target=lambda: first.append(cache.get("cfg:a")))
+
+    def release_once_waited() -> None:
+        wait_for("get_many to wait", lambda: cache.near_cache_stats()["fill_waits"] > waits)
+        near_proxy.release()
+
     try:
         reader.start()
-        wait_for("the fill in flight", lambda: cache.near_cache_stats()["fills_in_flight"] >= 1)
+        assert near_proxy.holding.wait(10), "the fill's reply never came"
+        assert cache.near_cache_stats()["fills_in_flight"] >= 1
+        waits = cache.near_cache_stats()["fill_waits"]
+        releaser = threading.Thread(target=release_once_waited)
+        releaser.start()
         assert cache.get_many(["cfg:a", "cfg:b"]) == {"cfg:a": "v"}
+        releaser.join(10)
     finally:
+        near_proxy.release()
         reader.join(10)
-        near._fill_delay = 0.0
     assert first == ["v"]
     assert cache.near_cache_stats()["fill_waits"] >= before["fill_waits"] + 1
 

@@ -1,6 +1,7 @@
 """Loopback network fakes: a port that never accepts, a node that never answers, a
-round-trip counting proxy in front of a real server, and a server that takes the handshake and
-then misbehaves (trickles a reply, or stops reading)."""
+round-trip counting proxy in front of a real server (which can also hold a chosen reply back
+until the test releases it), and a server that takes the handshake and then misbehaves
+(trickles a reply, or stops reading)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ class CountingProxy:
     answered (or for the first time): a pipelined batch written at once is one turn, while
     N commands each waiting for its reply are N turns. Call ``reset()`` after warming the
     connections up so handshakes (HELLO, SELECT, ...) are not counted.
+
+    ``hold(marker)`` holds a reply back: the first connection that then sends bytes
+    containing ``marker`` gets none of the server's bytes until ``release()``. ``holding`` is
+    set once the server has answered it (the reply is in the proxy), so a test can make
+    something happen between a server's reply and the client reading it, by construction.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -65,6 +71,12 @@ class CountingProxy:
         self._wake_r, self._wake_w = socket.socketpair()
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._stopping = False
+        #: What a connection must send to be held (hold()), until one is.
+        self._marker: bytes | None = None
+        #: The held connection's state list, and the server's bytes kept from it.
+        self._held: list[Any] | None = None
+        self._kept: list[bytes] = []
+        self.holding = threading.Event()
         self._thread = threading.Thread(target=self._run, name="CountingProxy", daemon=True)
         self._thread.start()
 
@@ -81,18 +93,39 @@ class CountingProxy:
         with self._lock:
             self._turns = 0
 
+    def hold(self, marker: bytes) -> None:
+        """Hold the server's bytes to the next connection that sends ``marker``."""
+        with self._lock:
+            self._marker = marker
+
+    def release(self) -> None:
+        """Pass the held bytes on, and every later one as they come."""
+        self._wake_w.send(b"r")
+
+    def _released(self) -> None:
+        # On the proxy's thread: deliver what was kept, in order.
+        with self._lock:
+            held, kept = self._held, self._kept
+            self._held, self._kept, self._marker = None, [], None
+        if held is not None and kept:
+            with contextlib.suppress(OSError):
+                held[1].sendall(b"".join(kept))
+
     def _run(self) -> None:
-        # Per client socket: [peer socket, "c2s" or "s2c" for the last direction seen].
+        # Per client socket: [last direction seen ("c2s" or "s2c"), client socket].
         while not self._stopping:
             for key, _ in self._sel.select(timeout=0.5):
                 if key.data == "wake":
-                    return
+                    if b"x" in self._wake_r.recv(64):
+                        return
+                    self._released()
+                    continue
                 if key.data is None:
                     client, _ = self._listener.accept()
                     server = socket.create_connection(("127.0.0.1", self.target_port))
                     for end in (client, server):
                         end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    state: list[Any] = [None]
+                    state: list[Any] = [None, client]
                     self._sel.register(client, selectors.EVENT_READ, ("c2s", server, state))
                     self._sel.register(server, selectors.EVENT_READ, ("s2c", client, state))
                     continue
@@ -109,11 +142,20 @@ class CountingProxy:
                             self._sel.unregister(s)
                         s.close()
                     continue
-                if direction == "c2s" and state[0] != "c2s":
-                    with self._lock:
+                with self._lock:
+                    if direction == "c2s" and state[0] != "c2s":
                         self._turns += 1
+                    marker = self._marker
+                    if direction == "c2s" and marker and self._held is None and marker in data:
+                        self._held = state
+                    keep = direction == "s2c" and self._held is state
+                    if keep:
+                        self._kept.append(data)
                 state[0] = direction
-                peer.sendall(data)
+                if keep:
+                    self.holding.set()
+                else:
+                    peer.sendall(data)
 
     def close(self) -> None:
         self._stopping = True
