@@ -67,7 +67,7 @@ class CountersMixin:
         change the value in between: atomic like INCRBY, so no increment is ever lost. Gives up
         with CacheTimeout if writers keep winning for longer than SOCKET_TIMEOUT."""
         c = self._client
-        deadline = time.monotonic() + self._config.socket_timeout
+        deadline = time.monotonic() + self._config.connection.socket_timeout
         attempts = 0
         while True:
             # From the primary (a router sends get() to replicas, which may lag).
@@ -89,7 +89,8 @@ class CountersMixin:
             if time.monotonic() >= deadline:
                 raise CacheTimeout(
                     f"incr of key {key!r} lost to concurrent writers {attempts} times in "
-                    f"{self._config.socket_timeout} s (SOCKET_TIMEOUT); nothing was written"
+                    f"{self._config.connection.socket_timeout} s (SOCKET_TIMEOUT); "
+                    "nothing was written"
                 )
 
     def _eval(
@@ -123,7 +124,7 @@ class CountersMixin:
         was copied (else copy again): the value is never lost, by a failed copy or a write to
         `old` in between. Gives up with CacheTimeout past SOCKET_TIMEOUT of such writes."""
         c = self._client
-        deadline = time.monotonic() + self._config.socket_timeout
+        deadline = time.monotonic() + self._config.connection.socket_timeout
         while True:
             data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
             if data is None:
@@ -136,5 +137,5 @@ class CountersMixin:
             if time.monotonic() >= deadline:
                 raise CacheTimeout(
                     f"incr_version of key {key!r}: its value kept changing while it was "
-                    f"copied for {self._config.socket_timeout} s (SOCKET_TIMEOUT)"
+                    f"copied for {self._config.connection.socket_timeout} s (SOCKET_TIMEOUT)"
                 )

@@ -35,7 +35,7 @@ class RecomputeMixin:
         def _ttl_ms(self, timeout: Any) -> int | None: ...
 
     def _get_or_set(self, key: Any, default: Any, timeout: Any, version: int | None) -> Plan[Any]:
-        if self._config.stampede_protection:
+        if self._config.behaviour.stampede_protection:
             return (yield from self._get_or_set_guarded(key, default, timeout, version))
         made = self._key(key, version)
         c = self._client
@@ -72,7 +72,7 @@ class RecomputeMixin:
         made, ttl = self._key(key, version), self._ttl_ms(timeout)
         c = self._client
         lock, token = same_slot(made, ":redoxide-recompute"), secrets.token_hex(8)
-        lock_ms = self._config.stampede_lock_ms
+        lock_ms = self._config.behaviour.stampede_lock_ms
         data, left = yield c.pipeline, ((("GET", made), ("PTTL", made)),)
         if data is not None:
             try:
@@ -88,10 +88,10 @@ class RecomputeMixin:
                         (("SET", made, encoded) + (() if ttl is None else ("PX", ttl)),),
                     )
                 return fresh
-            if ttl is None or not 0 < left < ttl * self._config.stampede_window:
+            if ttl is None or not 0 < left < ttl * self._config.behaviour.stampede_window:
                 return value
             # Near expiry: recompute only if the value is still old when we take the lock.
-            threshold = round(ttl * self._config.stampede_window)
+            threshold = round(ttl * self._config.behaviour.stampede_window)
             acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, threshold)
             if not (yield c.execute, (acquire,)):
                 return value  # someone else is recomputing, or just did

@@ -101,7 +101,7 @@ def alias_of(cache: _Cache) -> str:
 
     from redoxide.options import parse_config
 
-    found = ", ".join(config.display_servers)
+    found = ", ".join(config.servers.display)
     for alias, conf in getattr(settings, "CACHES", {}).items():
         if "redoxide" not in str(conf.get("BACKEND", "")):
             continue
@@ -156,7 +156,7 @@ def collect(cache: _Cache) -> dict[str, Any]:
         enabled = _redoxide.STATS_ENABLED
     return {
         "alias": alias_of(cache),
-        "location": ", ".join(cache._config.display_servers),
+        "location": ", ".join(cache._config.servers.display),
         "enabled": enabled,
         "fail_open_misses": cache._fail_open.ignored,
         "totals": merge(list(nodes.values())),

@@ -104,7 +104,7 @@ class RedisCache(
         known = _states.get(key)
         if known is not None and known[0] == params:
             self.__dict__.update(known[1])
-            if self._config.tracing:
+            if self._config.behaviour.tracing:
                 tracing.adopt(self)
             return
         try:
@@ -133,10 +133,10 @@ class RedisCache(
                 self.version,
                 self.key_func is default_key_func,
                 config.client_key,
-                config.logger_name,
+                config.errors.logger_name,
             )
-        self._serializer = config.serializer
-        self._compressor = config.compressor
+        self._serializer = config.values.serializer
+        self._compressor = config.values.compressor
         self._fast_pickle = type(self._serializer) is PickleSerializer
         self._fast_loads, self._fast_heads = fast_decoding(self._serializer)
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
@@ -157,17 +157,17 @@ class RedisCache(
             # Its output may start like the serializer's own: no read skips the compressor.
             self._fast_heads = frozenset()
         fail_open = FailOpen(
-            config.ignore_exceptions,
-            config.ignore_exception_classes,
-            config.log_ignored_exceptions,
-            config.logger_name,
-            config.exception_handler,
-            config.ignored_log_level,
+            config.errors.ignore_exceptions,
+            config.errors.ignore_exception_classes,
+            config.errors.log_ignored_exceptions,
+            config.errors.logger_name,
+            config.errors.exception_handler,
+            config.errors.ignored_log_level,
         )
         #: Caught around every call; re-raised by _failed unless fail-open covers them.
         self._FAIL_OPEN_ERRORS = fail_open.errors
         self._fail_open = fail_open
-        if config.tracing:
+        if config.behaviour.tracing:
             tracing.adopt(self)
 
     def _failed(self, exc: BaseException, fallback: Any) -> Any:
@@ -176,7 +176,7 @@ class RedisCache(
         return self._fail_open.failed(exc, fallback, self)
 
     def __repr__(self) -> str:
-        servers = ", ".join(self._config.display_servers)
+        servers = ", ".join(self._config.servers.display)
         return f"<{type(self).__name__} {servers}>"
 
     # -- drivers ----------------------------------------------------------------------------
@@ -345,7 +345,7 @@ class RedisCache(
         return int((yield self._client.execute, (("DEL", *made),)))
 
     def _clear(self) -> Plan[bool]:
-        if self._config.clear_prefix_only:
+        if self._config.behaviour.clear_prefix_only:
             # Only this cache's keys, every version: for a database shared with other data.
             match = cache_glob(self.key_func, self.key_prefix, self.version)
             if match is None:

@@ -176,7 +176,7 @@ def check_configuration(
 def _clear_prefix_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage]:
     """CLEAR_PREFIX_ONLY with a KEY_FUNCTION whose names clear() cannot find (E005)."""
     config = parse_config(entry.get("LOCATION", ""), entry.get("OPTIONS"))
-    if not config.clear_prefix_only:
+    if not config.behaviour.clear_prefix_only:
         return []
     key_func = get_key_func(entry.get("KEY_FUNCTION"))
     prefix, version = str(entry.get("KEY_PREFIX", "")), entry.get("VERSION", 1)
@@ -193,18 +193,19 @@ def _clear_prefix_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage
 
 
 def _tls(config: Config) -> bool:
-    return all(urlsplit(url).scheme in ("rediss", "valkeys") for url in config.servers)
+    return all(urlsplit(url).scheme in ("rediss", "valkeys") for url in config.servers.urls)
 
 
 def _databases(config: Config) -> set[tuple[Any, ...]]:
     """Where a configuration's keys live: (kind, address..., db) of each server it names."""
-    if config.topology == "sentinel":
-        db = config.db or 0
+    if config.servers.topology == "sentinel":
+        db = config.servers.db or 0
         return {
-            ("sentinel", config.service_name, host, port, db) for host, port in config.sentinels
+            ("sentinel", config.servers.service_name, host, port, db)
+            for host, port in config.servers.sentinels
         }
-    places = {_place(url, config.db) for url in config.servers}
-    if config.topology == "cluster":  # one database; any seed names the same cluster
+    places = {_place(url, config.servers.db) for url in config.servers.urls}
+    if config.servers.topology == "cluster":  # one database; any seed names the same cluster
         return {("cluster", *place[:2]) for place in places}
     return places
 
@@ -236,9 +237,11 @@ def _other_databases(entry: Any) -> set[tuple[Any, ...]]:
 
 
 def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
-    tls = dict(config.tls)
-    pickled = isinstance(config.serializer, PickleSerializer)
-    authenticated = config.password is not None or config.credential_provider is not None
+    tls = dict(config.connection.tls)
+    pickled = isinstance(config.values.serializer, PickleSerializer)
+    authenticated = (
+        config.connection.password is not None or config.connection.credential_provider is not None
+    )
     if pickled and not authenticated and not _tls(config):
         yield _warning(
             "W001",
@@ -250,9 +253,9 @@ def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
     elif tls.get("tls_check_hostname") is False:
         yield _warning("W003", alias, "the server's TLS certificate need not name its host.")
     if (
-        config.ignore_exceptions
-        and not config.log_ignored_exceptions
-        and config.exception_handler is None
+        config.errors.ignore_exceptions
+        and not config.errors.log_ignored_exceptions
+        and config.errors.exception_handler is None
     ):
         yield _warning(
             "W004", alias, "IGNORE_EXCEPTIONS turns errors into misses, and none is logged."
@@ -266,7 +269,7 @@ def _shared_database_warnings(configs: list[tuple[str, Config]]) -> Iterator[War
         if alias not in ours:
             places[alias] = _other_databases(entry)
     for alias, config in configs:
-        if config.clear_prefix_only:
+        if config.behaviour.clear_prefix_only:
             continue
         sharing = sorted(
             other for other in places if other != alias and places[other] & places[alias]

@@ -4,31 +4,25 @@ raises ImproperlyConfigured naming the option."""
 
 from __future__ import annotations
 
-import logging
 import math
 import pickle
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import fields
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from django.utils.module_loading import import_string
 
-from redoxide._credentials import CredentialProvider, parse_credentials
+from redoxide._credentials import parse_credentials
 from redoxide._error_options import error_policy, refuse_foreign_factory
 from redoxide._location import parse_location, query_db, redact
-from redoxide._near_options import NearCacheConfig, parse_near_cache
+from redoxide._near_options import parse_near_cache
+from redoxide._sections import Behaviour, Config, Connection, ErrorPolicy, Servers, Values
 from redoxide._tls import TLS_OPTIONS, tls_settings
-from redoxide.compressors import BaseCompressor, IdentityCompressor
 from redoxide.exceptions import ConfigurationError, ResponseError
-from redoxide.plans import FAIL_OPEN_ERRORS
-from redoxide.serializers import PickleSerializer, Serializer
-from redoxide.signing import SignedSerializer, signed_serializer
+from redoxide.serializers import PickleSerializer
+from redoxide.signing import signed_serializer
 
 __all__ = ["Config", "parse_config", "parse_location", "redact"]
-
-DEFAULT_SOCKET_TIMEOUT = 2.0
-DEFAULT_CONNECT_TIMEOUT = 1.0
 
 # Canonical option name for every accepted spelling.
 _ALIASES = {
@@ -78,96 +72,6 @@ _ACCEPTED_CLIENT_CLASSES = frozenset(
     {"django_redis.client.DefaultClient", "django_redis.client.SentinelClient"}
 )
 TOPOLOGIES = ("standalone", "replicas", "sentinel", "cluster")
-
-
-@dataclass(frozen=True)
-class Config:
-    """A parsed cache configuration."""
-
-    servers: tuple[str, ...] = field(repr=False)
-    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    #: Credentials that change (CREDENTIAL_PROVIDER), instead of a password.
-    credential_provider: CredentialProvider | None = None
-    db: int | None = None
-    serializer: Serializer = field(default_factory=PickleSerializer)
-    compressor: BaseCompressor = field(default_factory=IdentityCompressor)
-    ignore_exceptions: bool = False
-    log_ignored_exceptions: bool = False
-    #: What fail-open turns into a miss (never server error replies).
-    ignore_exception_classes: tuple[type[BaseException], ...] = FAIL_OPEN_ERRORS
-    logger_name: str = "redoxide"
-    #: Called as handler(cache, exception) for each error fail-open would ignore, instead of
-    #: the log; it may re-raise (EXCEPTION_HANDLER, DJANGO_REDIS_EXCEPTION_HANDLER).
-    exception_handler: Callable[[Any, BaseException], Any] | None = None
-    #: The level ignored errors are logged at (LOG_IGNORED_EXCEPTIONS_LEVEL).
-    ignored_log_level: int = logging.ERROR
-    #: clear() deletes only this cache's keys (SCAN + UNLINK) instead of FLUSHDB.
-    clear_prefix_only: bool = False
-    #: get_or_set: one caller recomputes (see RedisCache._get_or_set_guarded).
-    stampede_protection: bool = False
-    #: The last fraction of a value's life during which it is recomputed early.
-    stampede_window: float = 0.1
-    #: How long one recomputation may hold the others back, in ms.
-    stampede_lock_ms: int = 5000
-    #: standalone (one server), replicas (LOCATION list), sentinel or cluster.
-    topology: str = "standalone"
-    #: Send get / get_many to replicas (default: yes with a LOCATION list, no otherwise).
-    read_from_replicas: bool = False
-    #: Sentinel: the monitored service name and the sentinels' (host, port) addresses.
-    service_name: str | None = None
-    sentinels: tuple[tuple[str, int], ...] = ()
-    sentinel_username: str | None = None
-    sentinel_password: str | None = field(default=None, repr=False)
-    #: Sync calls share one connection per server per process (SYNC_CONNECTIONS "shared")
-    #: instead of one connection per thread ("per-thread", the default).
-    shared_sync: bool = False
-    #: TLS settings passed to every Rust client, as sorted (name, value) pairs.
-    tls: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # holds the client key
-    #: An OpenTelemetry client span per cache call (TRACING), with the key (TRACING_KEYS).
-    tracing: bool = False
-    tracing_keys: bool = False
-    #: Hot keys kept in process memory, coherent through client tracking (NEAR_CACHE).
-    near_cache: NearCacheConfig | None = None
-
-    @property
-    def tls_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for the Rust Client's TLS settings."""
-        return dict(self.tls)
-
-    @property
-    def signed(self) -> bool:
-        """Values are signed (SIGN_VALUES): the key comes from the project's secrets."""
-        return isinstance(self.serializer, SignedSerializer)
-
-    @property
-    def display_servers(self) -> tuple[str, ...]:
-        """The server URLs with passwords hidden."""
-        return tuple(redact(s) for s in self.servers)
-
-    @property
-    def client_key(self) -> tuple[Any, ...]:
-        """Configurations with equal keys share one process-wide client."""
-        return (
-            self.servers[0],
-            self.socket_timeout,
-            self.connect_timeout,
-            self.username,
-            self.password,
-            self.credential_provider,
-            self.db,
-            self.topology,
-            self.servers,
-            self.read_from_replicas,
-            self.service_name,
-            self.sentinels,
-            self.sentinel_username,
-            self.sentinel_password,
-            self.tls,
-            self.shared_sync,
-        )
 
 
 def _fail(option: str, message: str) -> ConfigurationError:
@@ -290,7 +194,7 @@ def _sentinel_addresses(option: str, value: Any) -> tuple[tuple[str, int], ...]:
 
 def _topology(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
     """Work out standalone / replicas / sentinel / cluster from LOCATION and OPTIONS."""
-    servers: tuple[str, ...] = kwargs["servers"]
+    servers: tuple[str, ...] = kwargs["urls"]
     cluster = _flag(opts, names, "cluster")
     read_from_replicas = _flag(opts, names, "read_from_replicas")
     if cluster and "sentinels" in opts:
@@ -379,7 +283,7 @@ def _names(options: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
     """Timeouts, credentials and the database."""
-    servers: tuple[str, ...] = kwargs["servers"]
+    servers: tuple[str, ...] = kwargs["urls"]
     db_in_query = query_db(servers[0])
     if db_in_query is not None:
         kwargs["db"] = db_in_query
@@ -516,7 +420,7 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     """Validate LOCATION and OPTIONS and return the typed configuration."""
     servers = parse_location(location)
     opts, names = _names(options)
-    kwargs: dict[str, Any] = {"servers": servers}
+    kwargs: dict[str, Any] = {"urls": servers}
     _connection(opts, names, kwargs)
     _sync_connections(opts, names, kwargs)
     _value_codec(opts, names, kwargs)
@@ -532,4 +436,23 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
             "is not supported: redoxide has one client for every topology "
             "(django_redis.client.DefaultClient is accepted and ignored)",
         )
-    return Config(**kwargs)
+    return _sections(kwargs)
+
+
+def _sections(kwargs: dict[str, Any]) -> Config:
+    """The parsed values, each in its section: every value parsed must land in one."""
+
+    def take(section: type[Any]) -> Any:
+        return section(**{f.name: kwargs.pop(f.name) for f in fields(section) if f.name in kwargs})
+
+    config = Config(
+        servers=take(Servers),
+        connection=take(Connection),
+        values=take(Values),
+        errors=take(ErrorPolicy),
+        behaviour=take(Behaviour),
+        near_cache=kwargs.pop("near_cache", None),
+    )
+    if kwargs:  # a parser wrote a value no section has
+        raise AssertionError(f"redoxide: options parsed into no section: {sorted(kwargs)}")
+    return config

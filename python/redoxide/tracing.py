@@ -73,10 +73,12 @@ def _api() -> Any:
 def _attributes(cache: Any) -> dict[str, dict[str, Any]]:
     """The fixed attributes of each method's spans, worked out once per configuration."""
     config = cache._config
-    url = urlsplit(config.servers[0])
+    url = urlsplit(config.servers.urls[0])
     base: dict[str, Any] = {"db.system": "redis", "db.system.name": "redis"}
-    base["db.namespace"] = str(config.db if config.db is not None else _path_db(url.path))
-    if url.hostname and config.topology != "sentinel":
+    base["db.namespace"] = str(
+        config.servers.db if config.servers.db is not None else _path_db(url.path)
+    )
+    if url.hostname and config.servers.topology != "sentinel":
         base["server.address"] = url.hostname
         base["server.port"] = url.port or 6379
     elif url.scheme == "unix":
@@ -117,7 +119,7 @@ def _finish(span: Any, exc: BaseException | None) -> None:
 
 def _start(cache: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     attributes = cache._span_attributes[method]
-    if cache._config.tracing_keys and method in _ONE_KEY:
+    if cache._config.behaviour.tracing_keys and method in _ONE_KEY:
         key = args[0] if args else kwargs.get("key")
         version = kwargs.get("version")
         made = cache.make_key(key, version) if key is not None else ""

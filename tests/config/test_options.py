@@ -466,9 +466,9 @@ def test_django_redis_connection_factories_are_accepted_and_ignored() -> None:
         "django_redis.pool.ConnectionFactory",
         "django_redis.pool.SentinelConnectionFactory",
     ):
-        assert parse_config(DOWN, {"CONNECTION_FACTORY": factory}).servers
+        assert parse_config(DOWN, {"CONNECTION_FACTORY": factory}).servers.urls
         with override_settings(DJANGO_REDIS_CONNECTION_FACTORY=factory):
-            assert parse_config(DOWN, {}).servers
+            assert parse_config(DOWN, {}).servers.urls
     foreign = override_settings(DJANGO_REDIS_CONNECTION_FACTORY="myproject.Factory")
     with foreign, pytest.raises(ConfigurationError, match="DJANGO_REDIS_CONNECTION_FACTORY"):
         parse_config(DOWN, {})

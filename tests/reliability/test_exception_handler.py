@@ -144,8 +144,11 @@ def test_ignored_errors_log_at_the_chosen_level(caplog: pytest.LogCaptureFixture
         asyncio.run(cache.aget("k"))
     levels = [r.levelno for r in caplog.records if "ignored" in r.getMessage()]
     assert levels == [logging.INFO, logging.INFO]
-    assert parse_config("redis://h/0", {"LOG_IGNORED_EXCEPTIONS_LEVEL": 30}).ignored_log_level == 30
-    assert parse_config("redis://h/0", {}).ignored_log_level == logging.ERROR
+    assert (
+        parse_config("redis://h/0", {"LOG_IGNORED_EXCEPTIONS_LEVEL": 30}).errors.ignored_log_level
+        == 30
+    )
+    assert parse_config("redis://h/0", {}).errors.ignored_log_level == logging.ERROR
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def rotating(server: RedisServer, **options: Any) -> tuple[Holder, Any, Any]:
     holder.answer = ("u1", PW1)
     options = {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1, **options}
     cache = build_cache(url(server), {"OPTIONS": options})
-    return holder, cache, credentials_for(cache._config.credential_provider)
+    return holder, cache, credentials_for(cache._config.connection.credential_provider)
 
 
 def answer_next(holder: Holder, cell: Any, answer: Any) -> None:
@@ -288,8 +288,10 @@ def test_nothing_shows_the_credentials(rot_server: RedisServer) -> None:
     rot_server.cli("ACL", "SETUSER", "u1", f">{SECRET}")
     cache = build_cache(url(rot_server), {"OPTIONS": {"CREDENTIAL_PROVIDER": holder}})
     both_ways(cache)
-    cell = credentials_for(cache._config.credential_provider)
-    assert_no_secret(repr(cell) + repr(cache._config) + repr(cache._config.credential_provider))
+    cell = credentials_for(cache._config.connection.credential_provider)
+    assert_no_secret(
+        repr(cell) + repr(cache._config) + repr(cache._config.connection.credential_provider)
+    )
     assert_no_secret(str(cache.stats()))
 
 
@@ -363,7 +365,7 @@ def test_every_node_of_a_topology_authenticates_and_follows_a_rotation(
         return {user for node in nodes for user in users(node).values()}
 
     assert first in seen()
-    cell = credentials_for(cache._config.credential_provider)
+    cell = credentials_for(cache._config.connection.credential_provider)
     answer_next(holder, cell, (second, PW2))
 
     def moved() -> bool:

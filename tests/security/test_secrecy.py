@@ -198,7 +198,7 @@ def test_sentinel_password_never_shown(sentinel_set: Any) -> None:
 def secret_sweep(cache: Any, calls: list[Callable[[], Any]]) -> str:
     """Run each call, collecting repr/str of the cache and its client, errors and tracebacks."""
     texts = [repr(cache), str(cache), repr(cache._client), str(cache._client)]
-    texts += [repr(cache._config), repr(cache._config.display_servers)]
+    texts += [repr(cache._config), repr(cache._config.servers.display)]
     for call in calls:
         try:
             call()

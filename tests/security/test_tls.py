@@ -461,7 +461,7 @@ def test_rotating_credentials_over_tls(tls_server: TLSServer, certs: Certs) -> N
         return found
 
     (link,) = users()  # the sync connection of this thread, as tls-u1
-    cell = credentials_for(cache._config.credential_provider)
+    cell = credentials_for(cache._config.connection.credential_provider)
     generation = cell.generation
     holder.answer = ("tls-u2", f"{PASSWORD}tls-u2")
     wait_until(lambda: cell.generation > generation, what="the provider's next call")

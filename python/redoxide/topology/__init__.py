@@ -28,7 +28,6 @@ next call.
 
 from __future__ import annotations
 
-from redoxide._credentials import credentials_for
 from redoxide._protocols import ClientLike
 from redoxide._registry import Registry
 from redoxide.options import Config
@@ -46,28 +45,21 @@ _clients: Registry[ClientLike] = Registry()
 
 def make_client(config: Config) -> ClientLike:
     """Build the client (or router) for a configuration."""
-    if config.topology == "cluster":
+    if config.servers.topology == "cluster":
         return ClusterRouter(config)
-    if config.topology == "sentinel":
+    if config.servers.topology == "sentinel":
         return SentinelRouter(config)
 
     def plain(url: str) -> ClientLike:
-        return new_client(
-            config,
-            url,
-            username=config.username,
-            password=config.password,
-            db=config.db,
-            credentials=credentials_for(config.credential_provider),
-        )
+        return new_client(config, url, db=config.servers.db)
 
-    if config.topology == "replicas":
+    if config.servers.topology == "replicas":
         return ReplicaRouter(
-            plain(config.servers[0]),
-            [plain(url) for url in config.servers[1:]],
-            config.read_from_replicas,
+            plain(config.servers.urls[0]),
+            [plain(url) for url in config.servers.urls[1:]],
+            config.servers.read_from_replicas,
         )
-    return plain(config.servers[0])
+    return plain(config.servers.urls[0])
 
 
 def shared_client(config: Config) -> ClientLike:

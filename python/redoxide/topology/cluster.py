@@ -137,7 +137,7 @@ class ClusterRouter:
 
     def get(self, key: str, bridge: Any = None) -> Any:
         slot = key_slot(key)
-        if self._config.read_from_replicas:
+        if self._config.servers.read_from_replicas:
             return self._read(slot, "get", (key,), bridge)
         if bridge is None:
             return self._call(slot, "get", (key,))
@@ -159,7 +159,7 @@ class ClusterRouter:
         slots = key_slots(keys)
         if len(set(slots)) <= 1:
             slot = slots[0] if slots else None
-            if self._config.read_from_replicas and slot is not None:
+            if self._config.servers.read_from_replicas and slot is not None:
                 return self._read(slot, "mget", (keys,), bridge)
             return self._route(slot, "mget", (keys,), bridge)
         # One MGET per slot (MGET semantics: nil for a key of another type).
@@ -168,14 +168,18 @@ class ClusterRouter:
             by_slot.setdefault(slot, []).append(i)
         parts = [("MGET", *[keys[i] for i in positions]) for positions in by_slot.values()]
         table = self.slots.table
-        if table is not None and not self.slots.suspect and not self._config.read_from_replicas:
+        if (
+            table is not None
+            and not self.slots.suspect
+            and not self._config.servers.read_from_replicas
+        ):
             if bridge is not None:
                 return self._amget_fast(table, len(keys), by_slot, parts, bridge)
             fast = self._mget_fast(table, len(keys), by_slot, parts)
             if fast is not None:
                 return fast
         targets: list[Target] = list(by_slot)
-        if self._config.read_from_replicas:
+        if self._config.servers.read_from_replicas:
             targets = [ReplicaOf(slot) for slot in by_slot]
         plan = run_parts(self.slots, parts, targets)
         if bridge is None:

@@ -6,7 +6,6 @@ timeouts and TLS settings) share its client, and so its one multiplexed connecti
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit
 
 from redoxide import _redoxide, _stats
@@ -21,17 +20,29 @@ __all__ = ["discovery_budget", "new_client", "node_client"]
 _nodes: Registry[_redoxide.Client] = Registry()
 
 
-def new_client(config: Config, url: str, **kwargs: Any) -> _redoxide.Client:
-    """A Rust client for one server URL with the configuration's timeouts and TLS settings."""
+def new_client(
+    config: Config,
+    url: str,
+    *,
+    db: int | None = None,
+    readonly: bool = False,
+    login: tuple[str | None, str | None] | None = None,
+) -> _redoxide.Client:
+    """A Rust client for one server URL. Everything it is made with comes from the URL, the
+    database, the role and ``config.connection`` (the data nodes' credentials, or ``login``
+    for a sentinel's), so configurations whose ``client_key`` is equal get equal clients."""
+    link = config.connection
+    if login is None:
+        username, password = link.username, link.password
+        credentials = credentials_for(link.credential_provider)
+    else:
+        (username, password), credentials = login, None
     try:
         client = _redoxide.Client(
-            url,
-            connect_timeout=config.connect_timeout,
-            response_timeout=config.socket_timeout,
-            shared_sync=config.shared_sync,
-            **kwargs,
-            **config.tls_kwargs,
-        )
+            url, username=username, password=password, db=db, readonly=readonly,
+            credentials=credentials, connect_timeout=link.connect_timeout,
+            response_timeout=link.socket_timeout, shared_sync=link.shared_sync, **link.tls_kwargs,
+        )  # fmt: skip
     except ConfigurationError as exc:  # name the URL, never its secret
         raise ConfigurationError(f"{exc} (LOCATION {redact(url)!r})") from None
     _stats.seen(config, client)
@@ -41,29 +52,16 @@ def new_client(config: Config, url: str, **kwargs: Any) -> _redoxide.Client:
 def node_client(
     config: Config, host: str, port: int, *, db: int | None = None, readonly: bool = False
 ) -> _redoxide.Client:
-    """The process-wide client of one discovered data node."""
-    scheme = "rediss" if urlsplit(config.servers[0]).scheme in ("rediss", "valkeys") else "redis"
-    key = (
-        scheme,
-        host,
-        port,
-        db,
-        readonly,
-        config.username,
-        config.password,
-        config.credential_provider,
-        config.connect_timeout,
-        config.socket_timeout,
-        config.tls,
-        config.shared_sync,
+    """The process-wide client of one discovered data node, shared by every configuration
+    that reaches it with the same ``Connection`` section."""
+    scheme = (
+        "rediss" if urlsplit(config.servers.urls[0]).scheme in ("rediss", "valkeys") else "redis"
     )
+    key = (scheme, host, port, db, readonly, config.connection)
 
     def make() -> _redoxide.Client:
         url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
-        return new_client(
-            config, url, username=config.username, password=config.password, db=db,
-            readonly=readonly, credentials=credentials_for(config.credential_provider),
-        )  # fmt: skip
+        return new_client(config, url, db=db, readonly=readonly)
 
     client = _nodes.get(key, make)
     _stats.seen(config, client)  # a node made for another configuration serves this one too
@@ -74,7 +72,7 @@ def discovery_budget(config: Config) -> float:
     """How long asking nodes (or sentinels) about the topology may take, all of them: two
     slow nodes' worth (a first request waits for the connect and the reply), so a call that
     re-learns the topology stays bounded."""
-    return 2 * (config.connect_timeout + config.socket_timeout)
+    return 2 * (config.connection.connect_timeout + config.connection.socket_timeout)
 
 
 def split_address(address: str) -> tuple[str, int] | None:

@@ -31,15 +31,14 @@ class SentinelPrimary(Router):
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        self.service = config.service_name or ""
+        self.service = config.servers.service_name or ""
         self._sentinels = [
             new_client(
                 config,
                 f"redis://{host}:{port}",
-                username=config.sentinel_username,
-                password=config.sentinel_password,
+                login=(config.servers.sentinel_username, config.servers.sentinel_password),
             )
-            for host, port in config.sentinels
+            for host, port in config.servers.sentinels
         ]
         self.node: Any = None  # the primary's Rust client, once known
         self.replicas: list[Any] = []
@@ -73,7 +72,7 @@ class SentinelPrimary(Router):
             try:
                 addr = yield sentinel.execute, (ask,)
                 replicas = []
-                if addr and self._config.read_from_replicas:
+                if addr and self._config.servers.read_from_replicas:
                     replicas = yield sentinel.execute, (("SENTINEL", "replicas", self.service),)
             except CacheError as exc:
                 errors.append(f"{sentinel.address}: {type(exc).__name__}")
@@ -95,7 +94,7 @@ class SentinelPrimary(Router):
     def _adopt(self, addr: list[bytes], replicas: list[Any]) -> None:
         config = self._config
         host, port = addr[0].decode(), int(addr[1])
-        primary = node_client(config, host, port, db=config.db)
+        primary = node_client(config, host, port, db=config.servers.db)
         found = []
         for entry in replicas or ():
             fields = dict(zip(entry[::2], entry[1::2], strict=False))
@@ -105,7 +104,9 @@ class SentinelPrimary(Router):
             if fields.get(b"master-link-status", b"ok") != b"ok":
                 continue
             found.append(
-                node_client(config, fields[b"ip"].decode(), int(fields[b"port"]), db=config.db)
+                node_client(
+                    config, fields[b"ip"].decode(), int(fields[b"port"]), db=config.servers.db
+                )
             )
         self.node, self.replicas = primary, found
         self._learnt_at = time.monotonic()
@@ -197,7 +198,7 @@ class SentinelRouter(Router):
 
     def __init__(self, config: Config) -> None:
         self.primary = SentinelPrimary(config)
-        self._reads = ReplicaRouter(self.primary, [], config.read_from_replicas)
+        self._reads = ReplicaRouter(self.primary, [], config.servers.read_from_replicas)
 
     def __repr__(self) -> str:
         return f"<redoxide SentinelRouter {self.primary.service}>"

@@ -69,7 +69,7 @@ class SlotMap:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._seeds: list[tuple[str, int]] = []
-        for url in config.servers:
+        for url in config.servers.urls:
             parts = urlsplit(url)
             self._seeds.append((parts.hostname or "127.0.0.1", parts.port or 6379))
         self.table: list[Any] | None = None
@@ -118,7 +118,7 @@ class SlotMap:
         config = self._config
         table: list[Any] = [None] * 16384
         replica_table: list[list[Any]] = []
-        if config.read_from_replicas:
+        if config.servers.read_from_replicas:
             replica_table = [[] for _ in range(16384)]
         primaries: dict[int, Any] = {}
 
@@ -133,7 +133,7 @@ class SlotMap:
             primary = node(primary_entry, False)
             primaries[id(primary)] = primary
             table[start : end + 1] = [primary] * (end - start + 1)
-            if config.read_from_replicas:
+            if config.servers.read_from_replicas:
                 replicas = [node(entry, True) for entry in item[3:]]
                 for slot in range(start, end + 1):
                     replica_table[slot] = replicas
@@ -219,7 +219,7 @@ class SlotMap:
 
     def replica_for(self, slot: int) -> Any | None:
         """A replica of the slot to read from, or None."""
-        if not self._config.read_from_replicas or self.table is None or self.suspect:
+        if not self._config.servers.read_from_replicas or self.table is None or self.suspect:
             return None
         replicas = self.replica_table[slot]
         if not replicas:

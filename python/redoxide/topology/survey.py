@@ -80,7 +80,7 @@ def describe(exc: BaseException) -> str:
 def survey(config: Config) -> Survey:
     """List the nodes of a configuration's topology, asking sentinels or the cluster."""
     client = shared_client(config)
-    found = Survey(config.topology)
+    found = Survey(config.servers.topology)
     if isinstance(client, ClusterRouter):
         _cluster(config, client, found)
     elif isinstance(client, SentinelRouter):
@@ -111,12 +111,14 @@ def _sentinel(config: Config, router: SentinelRouter, found: Survey) -> None:
         if not addr:
             errors.append(f"{sentinel.address}: does not know {service!r}")
             continue
-        primary = node_client(config, addr[0].decode(), int(addr[1]), db=config.db)
+        primary = node_client(config, addr[0].decode(), int(addr[1]), db=config.servers.db)
         found.nodes.append(_node("primary", primary))
         for entry in replicas:
             fields = dict(zip(entry[::2], entry[1::2], strict=False))
             host, port = fields[b"ip"].decode(), int(fields[b"port"])
-            found.nodes.append(_node("replica", node_client(config, host, port, db=config.db)))
+            found.nodes.append(
+                _node("replica", node_client(config, host, port, db=config.servers.db))
+            )
         return
     found.problems.append(f"no sentinel named the primary of {service!r} ({'; '.join(errors)})")
 
@@ -127,7 +129,7 @@ def _cluster(config: Config, router: ClusterRouter, found: Survey) -> None:
         asked, reply = _first_answer(router.slots.primaries, ("CLUSTER", "NODES"))
     except CacheError as exc:
         found.problems.append(str(exc))
-        for url in config.servers:
+        for url in config.servers.urls:
             parts = urlsplit(url)
             seed = node_client(config, parts.hostname or "127.0.0.1", parts.port or 6379)
             found.nodes.append(_node("seed", seed))

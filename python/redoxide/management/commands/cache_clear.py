@@ -18,15 +18,15 @@ Report = dict[str, Any]
 def flushed(target: Target) -> str:
     """What FLUSHDB on the cache empties, in words."""
     config = target.config
-    if config.topology == "cluster":
+    if config.servers.topology == "cluster":
         return "every primary of the cluster"
-    db = config.db
+    db = config.servers.db
     if db is None:
-        path = urlsplit(config.servers[0]).path.strip("/")
+        path = urlsplit(config.servers.urls[0]).path.strip("/")
         db = int(path) if path.isdigit() else 0
-    if config.topology == "sentinel":
-        return f"database {db} of the primary of {config.service_name!r}"
-    return f"database {db} of {config.display_servers[0]}"
+    if config.servers.topology == "sentinel":
+        return f"database {db} of the primary of {config.servers.service_name!r}"
+    return f"database {db} of {config.servers.display[0]}"
 
 
 class Command(CacheCommand):
@@ -60,7 +60,7 @@ class Command(CacheCommand):
             report, text = self._prefix(resolve(alias, clear_prefix_only=True))
         else:
             target = resolve(alias)
-            if target.config.clear_prefix_only:  # clear() deletes only the cache's keys
+            if target.config.behaviour.clear_prefix_only:  # clear() deletes only the cache's keys
                 report, text = self._prefix(target)
             else:
                 report, text = self._flush(target, options["yes"])
