@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.cache.backends.base import default_key_func
 
+from redoxide._protocols import ClientLike, Topology, spans_primaries
 from redoxide.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class PatternsMixin:
         key_prefix: str
         version: int
         key_func: Callable[..., str]
-        _client: Any
+        _client: ClientLike
 
         def _run(self, plan: Plan[T], fallback: Any = None) -> T: ...
         async def _arun(self, plan: Plan[T], fallback: Any = None) -> T: ...
@@ -183,10 +184,11 @@ class PatternsMixin:
 
     def _scan_nodes(self) -> Plan[list[Any]]:
         """The nodes a scan visits: the server, or every primary of a cluster."""
-        if not hasattr(self._client, "scan_nodes"):
-            return [self._client]
-        # A cluster router: every primary, from a recent slot table (awaited in async code).
-        return (yield self._client.scan_nodes, ())  # type: ignore[no-any-return]
+        client = self._client
+        if not (isinstance(client, Topology) and client.spans_primaries):
+            return [client]
+        # A cluster: every primary, from a recent slot table (awaited in async code).
+        return (yield client.scan_nodes, ())  # type: ignore[no-any-return]
 
     def _keys_plan(self, pattern: str, version: int | None) -> Plan[list[str]]:
         match, unmake = self._pattern(pattern, version), self._unmaker(version)
@@ -209,7 +211,7 @@ class PatternsMixin:
     def _delete_matching(self, match: str, itersize: int | None = None) -> Plan[int]:
         """Unlink every key matching a server-side glob; return how many were removed."""
         count = self._itersize(itersize)
-        if not hasattr(self._client, "scan_nodes"):
+        if not spans_primaries(self._client):
             return (yield from self._delete_matching_on(self._client, match, count))
         deleted = 0
         for node in (yield from self._scan_nodes()):

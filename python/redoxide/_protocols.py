@@ -4,6 +4,11 @@ The Rust ``Client`` (one server) and every topology router satisfy ``ClientLike`
 point per operation, blocking when called without a bridge, and returning an awaitable when
 given the event loop's bridge. The overloads let mypy check both kinds of call site (a
 forgotten ``await`` is a type error).
+
+What the cache asks of a client beyond its commands (where a key scan goes, where raw reads
+go, which servers' writes reach its keys) is ``Topology``'s: every router and the near-cache
+client are ``Topology`` subclasses, and ``isinstance(client, Topology)`` is False only for the
+Rust client of one server, whose answers the functions below give.
 """
 
 from __future__ import annotations
@@ -11,9 +16,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, Protocol, overload
 
-from redoxide._redoxide import Bridge
+from redoxide._redoxide import Bridge, Client
 
-__all__ = ["Arg", "ClientLike", "Command"]
+__all__ = [
+    "Arg",
+    "ClientLike",
+    "Command",
+    "Topology",
+    "primaries",
+    "reads_client",
+    "spans_primaries",
+]
 
 #: One argument of a command.
 Arg = str | bytes | int | float
@@ -83,3 +96,45 @@ class ClientLike(Protocol):
     def pipeline(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
     @overload
     def pipeline(self, commands: Iterable[Command], bridge: Bridge) -> Awaitable[list[Any]]: ...
+
+
+class Topology:
+    """A client over more than one Rust client: a router, or the near cache over any client."""
+
+    @property
+    def spans_primaries(self) -> bool:
+        """Keys live on several primaries (a cluster): a key scan visits each, and no MULTI
+        spans them."""
+        return False
+
+    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
+        """A step: the clients a key scan visits (a list, or an awaitable of one). Only
+        asked of a client that spans primaries."""
+        raise NotImplementedError
+
+    def replica_reads(self) -> ClientLike:
+        """The client whose raw commands go where get / get_many go (a replica, when reads
+        go to replicas): what ``get_client(write=False)`` runs on."""
+        raise NotImplementedError
+
+    def primaries(self) -> tuple[Client, ...] | None:
+        """The Rust clients of the servers whose writes reach this client's keys (whose
+        invalidations a near cache listens to); None while they are not known yet."""
+        raise NotImplementedError
+
+
+def spans_primaries(client: ClientLike) -> bool:
+    """Whether `client`'s keys live on several primaries (a cluster)."""
+    return isinstance(client, Topology) and client.spans_primaries
+
+
+def reads_client(client: ClientLike) -> ClientLike:
+    """The client whose raw commands go where `client`'s reads go."""
+    return client.replica_reads() if isinstance(client, Topology) else client
+
+
+def primaries(client: ClientLike) -> tuple[Client, ...] | None:
+    """The Rust clients whose writes reach `client`'s keys (the server itself for one)."""
+    if isinstance(client, Topology):
+        return client.primaries()
+    return (client,) if isinstance(client, Client) else None

@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
-from redoxide._protocols import Arg, ClientLike
+from redoxide._protocols import Arg, ClientLike, Topology, reads_client, spans_primaries
 from redoxide._raw_commands import Commands, Convert, Key, as_is, scan_command
 
 __all__ = ["Connection", "Pipeline", "RawClient", "get_redis_connection", "reads_client"]
@@ -75,7 +75,7 @@ class Connection(Commands[Any]):
         cluster refuses that (keys of several slots cannot share a transaction): pass
         transaction=False there.
         """
-        if transaction and hasattr(self._client, "scan_nodes"):  # a cluster router
+        if transaction and spans_primaries(self._client):  # a cluster
             raise NotImplementedError(
                 "redoxide: a cluster cannot run a pipeline as a transaction; "
                 "use pipeline(transaction=False)"
@@ -115,9 +115,10 @@ class Connection(Commands[Any]):
                     break
 
     def _scan_nodes(self) -> plans.Plan[Any]:
-        if not hasattr(self._client, "scan_nodes"):
+        client = self._client
+        if not (isinstance(client, Topology) and client.spans_primaries):
             return None
-        return (yield self._client.scan_nodes, ())
+        return (yield client.scan_nodes, ())
 
     def _nodes(self, cluster_nodes: Any) -> list[Any]:
         return [self._client] if cluster_nodes is None else list(cluster_nodes)
@@ -260,13 +261,6 @@ class Pipeline(Commands["Pipeline"]):
         if not converts:
             return []
         return self._finish(converts, await self._client.pipeline(commands, _bridge()))
-
-
-def reads_client(client: ClientLike) -> ClientLike:
-    """The client whose raw commands go where the cache's reads go: a replica router's read
-    view, or the client itself (one server, a cluster, a router without replicas)."""
-    replica_reads = getattr(client, "replica_reads", None)
-    return client if replica_reads is None else replica_reads()
 
 
 class RawClient:

@@ -23,13 +23,17 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig
+from redoxide._protocols import ClientLike, Command, Topology, primaries, spans_primaries
+from redoxide._redoxide import Bridge, Client, NearCache
 from redoxide._registry import Registry, track
 from redoxide.plans import Plan
+from redoxide.topology.base import Router
+from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
@@ -41,14 +45,32 @@ _every: tuple[NearClient, ...] = ()
 _joining = threading.Lock()  # makes each append to _every one read-and-write
 
 
-def _forget_everywhere(method: str, what: Any) -> bool:
+#: How a store finds the tracked keys a write names: in a command's arguments, in a
+#: pipeline's commands, or in a list of keys.
+Forget = Callable[[NearCache, Any], bool]
+
+
+def _forget_everywhere(forget: Forget, what: Any) -> bool:
     """Drop the tracked keys `what` names from every near cache of the process; whether any
     keeps them. Two caches over one server (two aliases, two VERSIONs) each have a store of
     their own, and a process must read its own writes whichever alias made them."""
     found = False
     for client in _every:
-        found |= getattr(client._store, method)(what)
+        found |= forget(client._store, what)
     return found
+
+
+def _forgets(call: Call) -> tuple[Forget, Any]:
+    """What a write call drops from the stores: how to find its keys, and where."""
+    if isinstance(call, Execute):
+        return NearCache.forget, call.args
+    if isinstance(call, Pipeline):
+        return NearCache.forget_all, call.commands
+    if isinstance(call, Set):
+        return NearCache.forget_keys, (call.key,)
+    if isinstance(call, SetMany):
+        return NearCache.forget_keys, call.keys
+    raise TypeError(f"redoxide: {type(call).__name__} is not a write")
 
 
 def _forget_in(clients: tuple[NearClient, ...], keys: Any) -> None:
@@ -66,24 +88,7 @@ def tracked_prefixes(
     return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
 
 
-def _primaries(client: Any) -> tuple[Any, ...] | None:
-    """The Rust clients of the servers whose writes reach `client`'s keys (the standalone
-    server, the primary, a cluster's primaries); None while they are not known yet."""
-    if isinstance(client, _redoxide.Client):
-        return (client,)
-    slots = getattr(client, "slots", None)
-    if slots is not None:  # a cluster
-        return tuple(slots.primaries) or None
-    primary = getattr(client, "primary", None)
-    if primary is not None:  # replicas, Sentinel
-        return _primaries(primary)
-    node = getattr(client, "node", None)  # a Sentinel-followed primary
-    if isinstance(node, _redoxide.Client) and not getattr(client, "suspect", False):
-        return (node,)
-    return None
-
-
-class NearClient:
+class NearClient(Topology):
     """A ClientLike that keeps values of tracked keys in process memory."""
 
     def __init__(
@@ -95,7 +100,7 @@ class NearClient:
         self._logger = logger
         self._nodes: tuple[Any, ...] | None = None
         # A cluster has no SWAPDB (and a marker key would belong to some other node's slots).
-        self._check_db = getattr(inner, "slots", None) is None
+        self._check_db = not spans_primaries(inner)
         self._store = self._new_store()
         #: One server: its nodes never change, and a sync get is one call into the core.
         self._direct = isinstance(inner, _redoxide.Client)
@@ -128,9 +133,25 @@ class NearClient:
         if self._nodes is not None:
             self._store.track(list(self._nodes), self._check_db)
 
-    def __getattr__(self, name: str) -> Any:
-        # What else the cache asks of its client (scan_nodes on a cluster...) is the inner one's.
-        return getattr(self._inner, name)
+    # -- what the cache asks beyond commands: the inner client's answers (Topology) -----------
+
+    @property
+    def spans_primaries(self) -> bool:
+        return spans_primaries(self._inner)
+
+    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
+        # Asked only of a cluster: the nodes a key scan reads (its writes come back here).
+        inner = self._inner
+        assert isinstance(inner, Topology), "scan_nodes of a client on one primary"
+        return inner.scan_nodes(bridge)
+
+    def replica_reads(self) -> ClientLike:
+        inner = self._inner
+        reads = inner.replica_reads() if isinstance(inner, Topology) else inner
+        return self if reads is inner else _NearReads(self, reads)
+
+    def primaries(self) -> tuple[Client, ...] | None:
+        return primaries(self._inner)
 
     def __repr__(self) -> str:
         return f"<redoxide NearClient over {self._inner!r}>"
@@ -151,14 +172,14 @@ class NearClient:
         """
         if self._direct:
             return True
-        nodes = _primaries(self._inner)
+        nodes = primaries(self._inner)
         if nodes is None:
             return False
         if not self._tracks(nodes):
             # Re-read and track under a lock: a thread that read the nodes before a failover
             # must not track the old primaries after one that read the new ones.
             with self._following:
-                nodes = _primaries(self._inner)
+                nodes = primaries(self._inner)
                 if nodes is None:
                     return False
                 if not self._tracks(nodes):
@@ -181,7 +202,7 @@ class NearClient:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def get(self, key: str, bridge: Any = None) -> Any:
+    def get(self, key: str, bridge: Bridge | None = None) -> Any:
         if bridge is None:
             if self._direct:
                 # One server: lookup, fill and install in one call into the core.
@@ -233,7 +254,7 @@ class NearClient:
         self._store.install(key, token, data, pttl)
         return data
 
-    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
+    def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
         keys = keys if type(keys) is list else list(keys)
         # A sync caller on one server waits for the fills other threads have in flight.
         found, all_hits = self._store.lookup_many(keys, bridge is None and self._direct)
@@ -290,33 +311,29 @@ class NearClient:
         finally:
             forget(what)
 
-    def _write(self, method: str, what: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-        """Call inner.name(*args): the tracked keys `what` names (found by the stores' `method`)
-        are dropped, in every near cache of the process, before it is sent and again once it
-        is answered (a fill that read the old value meanwhile is killed)."""
-        call = getattr(self._inner, name)
-        forget = functools.partial(_forget_everywhere, method)
+    def _write(self, call: Call, bridge: Bridge | None, on: ClientLike | None = None) -> Any:
+        """Run a write `call` on the inner client (or `on`): the tracked keys it names are
+        dropped, in every near cache of the process, before it is sent and again once it is
+        answered (a fill that read the old value meanwhile is killed)."""
+        node = self._inner if on is None else on
+        forget_how, what = _forgets(call)
+        forget = functools.partial(_forget_everywhere, forget_how)
         if not forget(what):
-            return call(*args) if bridge is None else call(*args, bridge)
+            return call.on(node, bridge)
         if bridge is not None:
-            return self._then_forget(call(*args, bridge), forget, what)
+            return self._then_forget(call.on(node, bridge), forget, what)
         try:
-            return call(*args)
+            return call.on(node, None)
         finally:
             forget(what)
 
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
+    def execute(self, args: Command, bridge: Bridge | None = None) -> Any:
         if len(args) == 2 and args[0] == "EXISTS" and self._store.has(args[1]):
             return 1 if bridge is None else _redoxide.Ready(1)
-        return self._write("forget", args, "execute", (args,), bridge)
+        return self._write(Execute(args), bridge)
 
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        commands = list(commands)
-        return self._write("forget_all", commands, "pipeline", (commands,), bridge)
-
-    def pipeline_results(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        commands = list(commands)
-        return self._write("forget_all", commands, "pipeline_results", (commands,), bridge)
+    def pipeline(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+        return self._write(Pipeline(list(commands)), bridge)
 
     def set(
         self,
@@ -325,26 +342,28 @@ class NearClient:
         ttl_ms: int | None = None,
         nx: bool = False,
         xx: bool = False,
-        bridge: Any = None,
+        bridge: Bridge | None = None,
     ) -> Any:
         if self._direct:
             # One server: a kept key is written through the tracking connection, which the
             # server does not echo it back to, and the written value is kept here.
             keys = (key,)
             args = (self._inner, key, value, ttl_ms, nx, xx)
-            done = self._through("set", keys, args, bridge)
+            done = self._through(self._store.set, keys, args, bridge)
             if done is not NotImplemented:
                 return done
-        return self._write("forget_keys", (key,), "set", (key, value, ttl_ms, nx, xx), bridge)
+        return self._write(Set(key, value, ttl_ms, nx, xx), bridge)
 
-    def _through(self, name: str, keys: Any, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _through(
+        self, write: Callable[..., Any], keys: Any, args: tuple[Any, ...], bridge: Bridge | None
+    ) -> Any:
         """Send a write of kept keys through the tracking connection (the store's `name`):
         the process' other near caches drop the keys before it is sent and again once it is
         answered, this one keeps what it wrote; NotImplemented when it does not go this way
         (the caller writes the usual way)."""
         others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
         _forget_in(others, keys)
-        done = getattr(self._store, name)(*args, bridge)
+        done = write(*args, bridge)
         if done is NotImplemented or not others:
             return done
         forget = functools.partial(_forget_in, others)
@@ -354,15 +373,42 @@ class NearClient:
         return done
 
     def set_many(
-        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
+        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
     ) -> Any:
         keys = list(keys)
         values = list(values)
         if self._direct:
-            done = self._through("set_many", keys, (self._inner, keys, values, ttl_ms), bridge)
+            done = self._through(
+                self._store.set_many, keys, (self._inner, keys, values, ttl_ms), bridge
+            )
             if done is not NotImplemented:
                 return done
-        return self._write("forget_keys", keys, "set_many", (keys, values, ttl_ms), bridge)
+        return self._write(SetMany(keys, values, ttl_ms), bridge)
+
+
+class _NearReads(Router):
+    """A near-cached client's read client (``get_client(write=False)`` on replicas): every
+    command goes where the inner client's reads go; one that writes still drops the tracked
+    keys it names, as on the near-cached client."""
+
+    def __init__(self, near: NearClient, reads: ClientLike) -> None:
+        self._near = near
+        self._reads = reads
+
+    def __repr__(self) -> str:
+        return f"<redoxide reads of {self._near!r}>"
+
+    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+        return call.on(self._reads, bridge)
+
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+        return self._near._write(call, bridge, on=self._reads)
+
+    def replica_reads(self) -> ClientLike:
+        return self
+
+    def primaries(self) -> tuple[Client, ...] | None:
+        return self._near.primaries()
 
 
 _near_clients: Registry[NearClient] = Registry()

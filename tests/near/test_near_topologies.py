@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.backend import build_cache, topology_settings
 from support.dispatch import Ops
-from support.near import after_stale_bound, near_options, serving, stop_tracking
+from support.near import after_stale_bound, near_options, serving, stop_tracking, warm
 
 
 def _pair(topology: str, request: pytest.FixtureRequest) -> tuple[Any, Any]:
@@ -51,3 +51,32 @@ def test_writes_by_another_client_are_seen_on_every_topology(
         plain.delete_many(keys)
     finally:
         stop_tracking(near)
+
+
+@pytest.mark.parametrize("topology", ["cluster", "replicas"])
+def test_a_write_through_the_read_client_drops_the_kept_key(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    # get_client(write=False) is the near-cached client's too: a command sent through it that
+    # writes drops the keys it names from process memory first, as any write does. On a
+    # cluster it lands (and the next read sees it at once); a replica refuses it (READONLY).
+    from redoxide.exceptions import ReadOnlyError
+
+    near, plain = _pair(topology, request)
+    try:
+        near.set("cfg:r", 1)
+        assert warm(near, "cfg:r") == 1
+        reads = near.client.get_client(write=False)
+        server_key = near.make_and_validate_key("cfg:r")
+        before = near.near_cache_stats()["misses"]
+        if topology == "cluster":
+            reads.set(server_key, 2)
+            assert near.get("cfg:r") == 2
+        else:
+            with pytest.raises(ReadOnlyError):
+                reads.set(server_key, 2)
+            assert near.get("cfg:r") == 1
+        assert near.near_cache_stats()["misses"] == before + 1, "the kept value was served"
+    finally:
+        stop_tracking(near)
+        plain.delete("cfg:r")

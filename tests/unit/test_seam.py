@@ -1,5 +1,6 @@
-"""The typed seam: every router and the Rust client are ClientLike, and mypy sees a forgotten
-await at a call site (no bridge -> a value, a bridge -> an awaitable of it)."""
+"""The typed seam: every router, the near-cache client and the Rust client are ClientLike, and
+mypy sees a forgotten await at a call site (no bridge -> a value, a bridge -> an awaitable of
+it); what the cache asks beyond commands is Topology's, never a forwarded attribute."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ SNIPPET = """
 from redoxide import _redoxide
 from redoxide._bridges import bridge
 from redoxide._protocols import ClientLike
+from redoxide.near import NearClient
 from redoxide.topology import ClusterRouter, ReplicaRouter, SentinelRouter
 
 
 def every_client(
-    a: ClusterRouter, b: ReplicaRouter, c: SentinelRouter, d: _redoxide.Client
+    a: ClusterRouter, b: ReplicaRouter, c: SentinelRouter, d: _redoxide.Client, e: NearClient
 ) -> list[ClientLike]:
-    return [a, b, c, d]
+    return [a, b, c, d, e, b.replica_reads(), e.replica_reads()]
 
 
 def blocking(client: ClientLike) -> bytes | None:
@@ -52,4 +54,26 @@ def test_mypy_accepts_the_clients_and_catches_a_forgotten_await(tmp_path: Path) 
     )  # fmt: skip
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 1, result.stdout
-    assert "seam_use.py:22:" in errors[0] and "Awaitable" in errors[0], result.stdout
+    assert "seam_use.py:23:" in errors[0] and "Awaitable" in errors[0], result.stdout
+
+
+def test_no_client_forwards_unknown_attributes() -> None:
+    # A method the near-cache client does not define must not reach the inner client unseen
+    # (it would skip the near cache's invalidation): no __getattr__ anywhere on the seam.
+    from redoxide._protocols import ClientLike, Topology
+    from redoxide.near import NearClient, _NearReads
+    from redoxide.topology import ClusterRouter, ReplicaRouter, SentinelRouter
+    from redoxide.topology.base import ReplicaReads
+    from redoxide.topology.sentinel import SentinelPrimary
+
+    commands = {"get", "set", "mget", "set_many", "execute", "pipeline"}
+    assert commands <= set(vars(ClientLike))
+    topology = {"spans_primaries", "scan_nodes", "replica_reads", "primaries"}
+    assert topology <= set(vars(Topology))
+    for cls in (NearClient, _NearReads, ClusterRouter, ReplicaRouter, SentinelRouter,
+                SentinelPrimary, ReplicaReads):  # fmt: skip
+        assert issubclass(cls, Topology), cls
+        assert not any("__getattr__" in vars(k) for k in cls.__mro__ if k is not object), cls
+        for name in commands | {"replica_reads", "primaries"}:
+            owner = next(k for k in cls.__mro__ if name in vars(k))
+            assert owner is not Topology, f"{cls.__name__}.{name} is not implemented"

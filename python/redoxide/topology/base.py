@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
+
+from redoxide._protocols import ClientLike, Command, Topology
+from redoxide._redoxide import Bridge, Client
+from redoxide.topology.calls import Call, Execute, Get, MGet, Pipeline, Set, SetMany
 
 __all__ = ["ReplicaReads", "Router"]
 
 
-class Router:
+class Router(Topology):
     """get / get_many go through `_read`, everything else through `_write`; a subclass says
-    where each goes (a replica, the followed primary...). Both take the Rust client method's
-    name, its arguments, and the bridge (None: blocking; else the call returns an awaitable).
+    where each goes (a replica, the followed primary...). Both take the call (calls.py) and
+    the bridge (None: blocking; else the call returns an awaitable).
     """
 
-    def _read(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-        return self._write(name, args, bridge)
+    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+        return self._write(call, bridge)
 
-    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
         raise NotImplementedError
 
-    def get(self, key: str, bridge: Any = None) -> Any:
-        return self._read("get", (key,), bridge)
+    def get(self, key: str, bridge: Bridge | None = None) -> Any:
+        return self._read(Get(key), bridge)
 
-    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
-        return self._read("mget", (list(keys),), bridge)
+    def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
+        return self._read(MGet(list(keys)), bridge)
 
     def set(
         self,
@@ -33,31 +37,31 @@ class Router:
         ttl_ms: int | None = None,
         nx: bool = False,
         xx: bool = False,
-        bridge: Any = None,
+        bridge: Bridge | None = None,
     ) -> Any:
-        return self._write("set", (key, value, ttl_ms, nx, xx), bridge)
+        return self._write(Set(key, value, ttl_ms, nx, xx), bridge)
 
     def set_many(
-        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
+        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
     ) -> Any:
-        return self._write("set_many", (list(keys), list(values), ttl_ms), bridge)
+        return self._write(SetMany(list(keys), list(values), ttl_ms), bridge)
 
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
-        return self._write("execute", (args,), bridge)
+    def execute(self, args: Command, bridge: Bridge | None = None) -> Any:
+        return self._write(Execute(args), bridge)
 
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        return self._write("pipeline", (list(commands),), bridge)
+    def pipeline(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+        return self._write(Pipeline(list(commands)), bridge)
 
-    def replica_reads(self) -> ReplicaReads:
+    def replica_reads(self) -> ClientLike:
         """Raw commands sent where this router's reads go (a replica, when it reads from
         replicas): what ``get_client(write=False)`` runs on."""
         return ReplicaReads(self)
 
 
-class ReplicaReads:
-    """A router's raw commands (execute / pipeline) routed as its get / get_many are: to a
-    replica that answers, or the primary when there is none. A write sent this way is the
-    replica's to refuse (READONLY), as on django-redis' read client."""
+class ReplicaReads(Router):
+    """A router's read client: every command routed as its get / get_many are, to a replica
+    that answers, or the primary when there is none. A write sent this way is the replica's to
+    refuse (READONLY), as on django-redis' read client."""
 
     def __init__(self, router: Router) -> None:
         self._router = router
@@ -65,8 +69,11 @@ class ReplicaReads:
     def __repr__(self) -> str:
         return f"<redoxide reads of {self._router!r}>"
 
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
-        return self._router._read("execute", (args,), bridge)
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+        return self._router._read(call, bridge)
 
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
-        return self._router._read("pipeline", (list(commands),), bridge)
+    def replica_reads(self) -> ClientLike:
+        return self
+
+    def primaries(self) -> tuple[Client, ...] | None:
+        return self._router.primaries()

@@ -11,13 +11,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from redoxide import plans
+from redoxide._protocols import ClientLike, Topology
+from redoxide._redoxide import Bridge, Client
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ResponseError
 from redoxide.options import Config
 from redoxide.plans import Plan
+from redoxide.topology.calls import Call, Execute, Get, MGet, Set
 from redoxide.topology.commands import (
     EVERY_PRIMARY,
     SUMMED,
-    as_command,
     combine_for,
     command_name,
     key_arg,
@@ -39,7 +41,7 @@ from redoxide.topology.slots import PrimaryAt, ReplicaOf, SlotMap, Target
 __all__ = ["ClusterRouter"]
 
 
-class ClusterRouter:
+class ClusterRouter(Topology):
     """A ClientLike over every node of a cluster."""
 
     def __init__(self, config: Config) -> None:
@@ -49,41 +51,50 @@ class ClusterRouter:
     def __repr__(self) -> str:
         return f"<redoxide ClusterRouter {len(self.slots.primaries)} primaries>"
 
-    def scan_nodes(self, bridge: Any = None) -> Any:
+    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
         """Every primary (for SCAN and the like), with a recent slot table."""
         return self.slots.scan_nodes(bridge)
 
+    @property
+    def spans_primaries(self) -> bool:
+        return True
+
+    def replica_reads(self) -> ClientLike:
+        # Raw commands are routed by their keys' slots; a read client adds nothing here.
+        return self
+
+    def primaries(self) -> tuple[Client, ...] | None:
+        return tuple(self.slots.primaries) or None
+
     # -- one single-slot call
 
-    def _node(self, slot: int | None) -> Any:
+    def _node(self, slot: int | None) -> Client:
         slots = self.slots
         table = slots.table if slots.table is not None and not slots.suspect else None
         if table is None:
             table = slots.table_now()
         return table[slot] if slot is not None else slots.primaries[0]
 
-    def _call(self, slot: int | None, name: str, args: tuple[Any, ...]) -> Any:
+    def _call(self, slot: int | None, call: Call) -> Any:
         """Run one single-slot call (blocking); a failure goes to `_recovery`."""
         node = self._node(slot)
         try:
-            return getattr(node, name)(*args)
+            return call.on(node, None)
         except CacheError as exc:
-            return plans.run(self._recovery(exc, slot, node, name, args))
+            return plans.run(self._recovery(exc, slot, node, call))
 
-    async def _acall(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    async def _acall(self, slot: int | None, call: Call, bridge: Bridge) -> Any:
         slots = self.slots
         table = slots.table
         if table is None or slots.suspect:
             table = await slots.table_now(bridge)
         node = table[slot] if slot is not None else slots.primaries[0]
         try:
-            return await getattr(node, name)(*args, bridge)
+            return await call.on(node, bridge)
         except CacheError as exc:
-            return await plans.arun(self._recovery(exc, slot, node, name, args), bridge)
+            return await plans.arun(self._recovery(exc, slot, node, call), bridge)
 
-    def _recovery(
-        self, exc: CacheError, slot: int | None, node: Any, name: str, args: tuple[Any, ...]
-    ) -> Plan[Any]:
+    def _recovery(self, exc: CacheError, slot: int | None, node: Client, call: Call) -> Plan[Any]:
         """After a single-slot call failed on `node`: follow MOVED / ASK, retry TRYAGAIN and
         the like after a pause, retry a lost connection only if the slot found a new home;
         raise a timeout or any other error."""
@@ -106,42 +117,47 @@ class ClusterRouter:
                 kind = "moved"
             else:
                 raise exc
-            if kind == "ask":
-                asking = (("ASKING",), as_command(name, args))
+            if kind == "ask" and target is not None:
+                asking = (("ASKING",), call.command())
                 return (yield target.pipeline, (asking,))[1]
-            if kind == "again":
+            if target is None:  # "again": the slot's owner after a pause and a fresh table
                 yield plans.pause, (RETRY_PAUSE,)
                 yield slots.relearn, ()
                 target = slots.node_for(slot)
             node = target
             try:
-                return (yield getattr(node, name), args)
+                return (yield call.step(node))
             except CacheError as failed:
                 exc = failed
         raise AssertionError("unreachable")
 
-    def _route(self, slot: int | None, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _route(self, slot: int | None, call: Call, bridge: Bridge | None) -> Any:
         if bridge is None:
-            return self._call(slot, name, args)
-        return self._acall(slot, name, args, bridge)
+            return self._call(slot, call)
+        return self._acall(slot, call, bridge)
 
-    def _read(self, slot: int, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _read(self, slot: int, call: Call, bridge: Bridge | None) -> Any:
         """A read from a replica of the slot, if there is one to ask, else from its primary."""
         replica = self.slots.replica_for(slot)
         if replica is None:
-            return self._route(slot, name, args, bridge)
-        plan = self.slots.health.read(replica, name, args, (self._route, (slot, name, args)))
+            return self._route(slot, call, bridge)
+        plan = self.slots.health.read(replica, call, (self._route, (slot, call)))
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 
     # -- the ClientLike interface
 
-    def get(self, key: str, bridge: Any = None) -> Any:
+    def get(self, key: str, bridge: Bridge | None = None) -> Any:
         slot = key_slot(key)
         if self._config.servers.read_from_replicas:
-            return self._read(slot, "get", (key,), bridge)
+            return self._read(slot, Get(key), bridge)
         if bridge is None:
-            return self._call(slot, "get", (key,))
-        return self._acall(slot, "get", (key,), bridge)
+            # The hot path, inline: the call object is made only if recovery needs it.
+            node = self._node(slot)
+            try:
+                return node.get(key)
+            except CacheError as exc:
+                return plans.run(self._recovery(exc, slot, node, Get(key)))
+        return self._acall(slot, Get(key), bridge)
 
     def set(
         self,
@@ -150,18 +166,18 @@ class ClusterRouter:
         ttl_ms: int | None = None,
         nx: bool = False,
         xx: bool = False,
-        bridge: Any = None,
+        bridge: Bridge | None = None,
     ) -> Any:
-        return self._route(key_slot(key), "set", (key, value, ttl_ms, nx, xx), bridge)
+        return self._route(key_slot(key), Set(key, value, ttl_ms, nx, xx), bridge)
 
-    def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
+    def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
         keys = [key_arg(k) for k in keys]
         slots = key_slots(keys)
         if len(set(slots)) <= 1:
             slot = slots[0] if slots else None
             if self._config.servers.read_from_replicas and slot is not None:
-                return self._read(slot, "mget", (keys,), bridge)
-            return self._route(slot, "mget", (keys,), bridge)
+                return self._read(slot, MGet(keys), bridge)
+            return self._route(slot, MGet(keys), bridge)
         # One MGET per slot (MGET semantics: nil for a key of another type).
         by_slot: dict[int, list[int]] = {}
         for i, slot in enumerate(slots):
@@ -192,7 +208,7 @@ class ClusterRouter:
         return self._amget_parts(plan, len(keys), by_slot, bridge)
 
     async def _amget_parts(
-        self, plan: Any, count: int, by_slot: dict[int, list[int]], bridge: Any
+        self, plan: Any, count: int, by_slot: dict[int, list[int]], bridge: Bridge
     ) -> list[Any]:
         """The general get_many path with awaits (see mget)."""
         try:
@@ -238,7 +254,7 @@ class ClusterRouter:
         count: int,
         by_slot: dict[int, list[int]],
         parts: list[Any],
-        bridge: Any,
+        bridge: Bridge,
     ) -> list[Any]:
         """_mget_fast with awaits (every node's request sent before the first wait); anything
         off and the general path runs the whole read again."""
@@ -273,7 +289,7 @@ class ClusterRouter:
         return await self._amget_parts(plan, count, by_slot, bridge)
 
     def set_many(
-        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Any = None
+        self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
     ) -> Any:
         commands: list[tuple[Any, ...]] = []
         for key, value in zip(keys, values, strict=True):
@@ -283,7 +299,7 @@ class ClusterRouter:
                 commands.append(("SET", key, value, "PX", max(1, ttl_ms)))
         return self.pipeline(commands, bridge)
 
-    def execute(self, args: Sequence[Any], bridge: Any = None) -> Any:
+    def execute(self, args: Sequence[Any], bridge: Bridge | None = None) -> Any:
         name = command_name(args)
         if (name in SUMMED and len(args) > 2) or name in EVERY_PRIMARY:
             if bridge is None:
@@ -291,7 +307,7 @@ class ClusterRouter:
             return plans.then(self.pipeline([args], bridge), _first)
         if name == "MGET" and len(args) > 1:
             return self.mget(args[1:], bridge)
-        return self._route(slot_of(args), "execute", (args,), bridge)
+        return self._route(slot_of(args), Execute(args), bridge)
 
     def _pipeline_plan(
         self, commands: list[Sequence[Any]], primaries: list[Any]
@@ -335,7 +351,7 @@ class ClusterRouter:
 
         return run_parts(self.slots, parts, targets), rejoin
 
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Any = None) -> Any:
+    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Bridge | None = None) -> Any:
         commands = list(commands)
         if not commands:
             return [] if bridge is None else plans.done([])
@@ -349,7 +365,7 @@ class ClusterRouter:
         plan, rejoin = self._pipeline_plan(commands, primaries)
         return rejoin(plans.run(plan))
 
-    async def _apipeline(self, commands: list[Sequence[Any]], every: bool, bridge: Any) -> Any:
+    async def _apipeline(self, commands: list[Sequence[Any]], every: bool, bridge: Bridge) -> Any:
         primaries: list[Any] = []
         if every:
             fresh = self.slots.table is not None and self.slots.fresh_enough()

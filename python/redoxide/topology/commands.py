@@ -7,12 +7,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redoxide import _redoxide
-from redoxide.exceptions import ResponseError
 
 __all__ = [
     "EVERY_PRIMARY",
     "SUMMED",
-    "as_command",
     "combine_for",
     "command_name",
     "key_arg",
@@ -101,27 +99,6 @@ def combine_for(name: str) -> Callable[[list[Any]], Any]:
     if name == "KEYS":
         return _concat
     return _first
-
-
-def as_command(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A client call as the one command it sends (to repeat it after ASKING)."""
-    if name == "execute":
-        return tuple(args[0])
-    if name == "get":
-        return ("GET", args[0])
-    if name == "mget":
-        return ("MGET", *args[0])
-    if name == "set":
-        key, value, ttl_ms, nx, xx = args
-        command: tuple[Any, ...] = ("SET", key, value)
-        if ttl_ms is not None:
-            command += ("PX", max(1, ttl_ms))
-        if nx:
-            command += ("NX",)
-        elif xx:
-            command += ("XX",)
-        return command
-    raise ResponseError(f"cannot follow an ASK redirect for {name}")
 
 
 # One short hash tag per slot, for companion keys of keys whose own braces defeat tagging.

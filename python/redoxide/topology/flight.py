@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redoxide import plans
+from redoxide._redoxide import Bridge
 from redoxide._registry import track
 
 __all__ = ["Flight"]
@@ -38,7 +39,7 @@ class Flight:
                 plans.run(plan())
 
     async def arun(
-        self, plan: Callable[[], plans.Plan[Any]], needed: Callable[[], bool], bridge: Any
+        self, plan: Callable[[], plans.Plan[Any]], needed: Callable[[], bool], bridge: Bridge
     ) -> None:
         """Run plan() with awaits, or wait for the run already in flight on this loop."""
         loop = asyncio.get_running_loop()

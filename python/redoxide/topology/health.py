@@ -7,6 +7,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from redoxide._protocols import ClientLike
 from redoxide.exceptions import (
     BusyError,
     CacheError,
@@ -16,6 +17,7 @@ from redoxide.exceptions import (
     ResponseError,
 )
 from redoxide.plans import Step
+from redoxide.topology.calls import Call
 
 __all__ = ["REPLICA_DOWN_SECONDS", "ReplicaHealth"]
 
@@ -45,13 +47,11 @@ class ReplicaHealth:
             return True
         return False
 
-    def read(
-        self, replica: Any, name: str, args: tuple[Any, ...], fallback: Step
-    ) -> Generator[Step, Any, Any]:
-        """A plan: read from `replica`; if it fails, leave it out for a while and take
+    def read(self, replica: ClientLike, call: Call, fallback: Step) -> Generator[Step, Any, Any]:
+        """A plan: run `call` on `replica`; if it fails, leave it out for a while and take
         `fallback` (the primary), except after a timeout, whose time is spent already."""
         try:
-            return (yield getattr(replica, name), args)
+            return (yield call.step(replica))
         except CacheTimeout:
             self.mark_down(replica)
             raise

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redoxide import _redoxide
+from redoxide._redoxide import Bridge
 from redoxide.exceptions import CacheError, CacheTimeout, ResponseError
 from redoxide.plans import Plan, pause
 from redoxide.topology.slots import ReplicaOf, SlotMap, Target
@@ -46,7 +47,7 @@ def together(pending: list[Any]) -> None:
             waiting.sent_with(pending)
 
 
-def send(calls: list[tuple[Any, list[Part]]], bridge: Any = None) -> Any:
+def send(calls: list[tuple[Any, list[Part]]], bridge: Bridge | None = None) -> Any:
     """A step: run one pipeline per node, all at once; return each node's replies (error
     replies as ResponseError instances) or the exception that failed it as a whole."""
     if bridge is not None:
@@ -60,7 +61,7 @@ def send(calls: list[tuple[Any, list[Part]]], bridge: Any = None) -> Any:
     return _redoxide.fanout(calls)
 
 
-async def _asend(calls: list[tuple[Any, list[Part]]], bridge: Any) -> list[Any]:
+async def _asend(calls: list[tuple[Any, list[Part]]], bridge: Bridge) -> list[Any]:
     pending = [node.pipeline_results(commands, bridge) for node, commands in calls]
     together(pending)
     outcomes: list[Any] = []

@@ -9,16 +9,13 @@ from typing import Any
 
 from redoxide import plans
 from redoxide._protocols import ClientLike
+from redoxide._protocols import primaries as primaries_of
+from redoxide._redoxide import Bridge, Client
 from redoxide.topology.base import Router
+from redoxide.topology.calls import Call
 from redoxide.topology.health import ReplicaHealth
 
-__all__ = ["ReplicaRouter", "call"]
-
-
-def call(client: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-    """``client.name(*args)``, with the bridge appended when there is one."""
-    method = getattr(client, name)
-    return method(*args) if bridge is None else method(*args, bridge)
+__all__ = ["ReplicaRouter"]
 
 
 class ReplicaRouter(Router):
@@ -31,13 +28,16 @@ class ReplicaRouter(Router):
         self, primary: ClientLike, replicas: Sequence[ClientLike], read_from_replicas: bool
     ) -> None:
         self.primary = primary
-        self.replicas = list(replicas)
+        self.replicas: Sequence[ClientLike] = list(replicas)
         self.read_from_replicas = read_from_replicas
         self.health = ReplicaHealth()
         self._turn = itertools.count()
 
     def __repr__(self) -> str:
         return f"<redoxide {type(self).__name__}>"
+
+    def primaries(self) -> tuple[Client, ...] | None:
+        return primaries_of(self.primary)
 
     def reader(self) -> ClientLike | None:
         """The next replica to read from, or None (no replicas, or none answering)."""
@@ -51,12 +51,12 @@ class ReplicaRouter(Router):
                 return replica
         return None
 
-    def _read(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _read(self, call: Call, bridge: Bridge | None) -> Any:
         replica = self.reader()
         if replica is None:
-            return call(self.primary, name, args, bridge)
-        plan = self.health.read(replica, name, args, (getattr(self.primary, name), args))
+            return call.on(self.primary, bridge)
+        plan = self.health.read(replica, call, call.step(self.primary))
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 
-    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-        return call(self.primary, name, args, bridge)
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+        return call.on(self.primary, bridge)

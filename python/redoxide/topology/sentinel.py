@@ -12,13 +12,15 @@ import time
 from typing import Any
 
 from redoxide import plans
+from redoxide._redoxide import Bridge, Client
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ReadOnlyError
 from redoxide.options import Config
 from redoxide.plans import Plan
 from redoxide.topology.base import Router
+from redoxide.topology.calls import Call
 from redoxide.topology.flight import Flight
 from redoxide.topology.nodes import discovery_budget, new_client, node_client
-from redoxide.topology.replicas import ReplicaRouter, call
+from redoxide.topology.replicas import ReplicaRouter
 
 __all__ = ["MIN_REFRESH_INTERVAL", "SentinelPrimary", "SentinelRouter"]
 
@@ -40,8 +42,8 @@ class SentinelPrimary(Router):
             )
             for host, port in config.servers.sentinels
         ]
-        self.node: Any = None  # the primary's Rust client, once known
-        self.replicas: list[Any] = []
+        self.node: Client | None = None  # the primary's Rust client, once known
+        self.replicas: list[Client] = []
         self.suspect = True  # nothing learnt yet
         self._learnt_at = -1.0
         self._last_error = "not asked yet"
@@ -118,15 +120,19 @@ class SentinelPrimary(Router):
     def _stale(self) -> bool:
         return self.node is None or (self.suspect and not self._fresh())
 
+    def primaries(self) -> tuple[Client, ...] | None:
+        node = self.node
+        return (node,) if node is not None and not self.suspect else None
+
     def _not_fresh(self) -> bool:
         return self.node is None or not self._fresh()
 
-    def _known(self) -> Any:
+    def _known(self) -> Client:
         if self.node is None:
             raise ConnectionInterrupted(self._last_error)
         return self.node
 
-    def primary_now(self, bridge: Any = None) -> Any:
+    def primary_now(self, bridge: Bridge | None = None) -> Any:
         """A step: the primary, asking the sentinels first if it is unknown or in doubt."""
         if bridge is not None:
             return self._aprimary_now(bridge)
@@ -134,52 +140,50 @@ class SentinelPrimary(Router):
             self._flight.run(self._discover, self._stale)
         return self._known()
 
-    async def _aprimary_now(self, bridge: Any) -> Any:
+    async def _aprimary_now(self, bridge: Bridge) -> Client:
         if self._stale():
             await self._flight.arun(self._discover, self._stale, bridge)
         return self._known()
 
-    def relearn(self, bridge: Any = None) -> Any:
+    def relearn(self, bridge: Bridge | None = None) -> Any:
         """A step: ask the sentinels again (unless just asked); return the primary."""
         if bridge is not None:
             return self._arelearn(bridge)
         self._flight.run(self._discover, self._not_fresh)
         return self._known()
 
-    async def _arelearn(self, bridge: Any) -> Any:
+    async def _arelearn(self, bridge: Bridge) -> Client:
         await self._flight.arun(self._discover, self._not_fresh, bridge)
         return self._known()
 
     # -- calls
 
-    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
         primary = self.node
         if primary is None or self.suspect:
-            plan = self._discover_then_call(name, args)
+            plan = self._discover_then_call(call)
             return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
         if bridge is not None:
-            return self._acall(primary, name, args, bridge)
+            return self._acall(primary, call, bridge)
         try:
-            return getattr(primary, name)(*args)
+            return call.on(primary, None)
         except CacheError as exc:
-            return plans.run(self._recover(exc, primary, name, args))
+            return plans.run(self._recover(exc, primary, call))
 
-    async def _acall(self, primary: Any, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
+    async def _acall(self, primary: Client, call: Call, bridge: Bridge) -> Any:
         try:
-            return await getattr(primary, name)(*args, bridge)
+            return await call.on(primary, bridge)
         except CacheError as exc:
-            return await plans.arun(self._recover(exc, primary, name, args), bridge)
+            return await plans.arun(self._recover(exc, primary, call), bridge)
 
-    def _discover_then_call(self, name: str, args: tuple[Any, ...]) -> Plan[Any]:
+    def _discover_then_call(self, call: Call) -> Plan[Any]:
         primary = yield self.primary_now, ()
         try:
-            return (yield getattr(primary, name), args)
+            return (yield call.step(primary))
         except CacheError as exc:
-            return (yield from self._recover(exc, primary, name, args))
+            return (yield from self._recover(exc, primary, call))
 
-    def _recover(
-        self, exc: CacheError, primary: Any, name: str, args: tuple[Any, ...]
-    ) -> Plan[Any]:
+    def _recover(self, exc: CacheError, primary: Client, call: Call) -> Plan[Any]:
         """After a call to `primary` failed: retry it once on the new primary if the failure
         says the primary may have moved and asking the sentinels confirms it; else raise."""
         if isinstance(exc, CacheTimeout):
@@ -190,7 +194,7 @@ class SentinelPrimary(Router):
         now = yield self.relearn, ()
         if now is primary:
             raise exc
-        return (yield getattr(now, name), args)
+        return (yield call.step(now))
 
 
 class SentinelRouter(Router):
@@ -203,11 +207,14 @@ class SentinelRouter(Router):
     def __repr__(self) -> str:
         return f"<redoxide SentinelRouter {self.primary.service}>"
 
-    def _read(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-        if not self.primary.settled:
-            return call(self.primary, name, args, bridge)
-        self._reads.replicas = self.primary.replicas  # as last learnt
-        return self._reads._read(name, args, bridge)
+    def primaries(self) -> tuple[Client, ...] | None:
+        return self.primary.primaries()
 
-    def _write(self, name: str, args: tuple[Any, ...], bridge: Any) -> Any:
-        return call(self.primary, name, args, bridge)
+    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+        if not self.primary.settled:
+            return call.on(self.primary, bridge)
+        self._reads.replicas = self.primary.replicas  # as last learnt
+        return self._reads._read(call, bridge)
+
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+        return call.on(self.primary, bridge)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from redoxide._redoxide import Bridge, Client
 from redoxide.exceptions import (
     CacheError,
     ClusterDownError,
@@ -72,9 +73,9 @@ class SlotMap:
         for url in config.servers.urls:
             parts = urlsplit(url)
             self._seeds.append((parts.hostname or "127.0.0.1", parts.port or 6379))
-        self.table: list[Any] | None = None
-        self.replica_table: list[list[Any]] = []
-        self.primaries: list[Any] = []
+        self.table: list[Client] | None = None
+        self.replica_table: list[list[Client]] = []
+        self.primaries: list[Client] = []
         #: Something cast doubt on the table: re-learn it before the next call.
         self.suspect = False
         self.health = ReplicaHealth()
@@ -117,12 +118,12 @@ class SlotMap:
     def _adopt(self, reply: list[Any], asked_host: str) -> None:
         config = self._config
         table: list[Any] = [None] * 16384
-        replica_table: list[list[Any]] = []
+        replica_table: list[list[Client]] = []
         if config.servers.read_from_replicas:
             replica_table = [[] for _ in range(16384)]
-        primaries: dict[int, Any] = {}
+        primaries: dict[int, Client] = {}
 
-        def node(entry: list[Any], readonly: bool) -> Any:
+        def node(entry: list[Any], readonly: bool) -> Client:
             host = entry[0].decode() if isinstance(entry[0], bytes) else str(entry[0])
             if host in ("", "?"):
                 host = asked_host
@@ -160,7 +161,7 @@ class SlotMap:
         # A key scan is long anyway: look at the cluster again unless the table is recent.
         return self.table is None or time.monotonic() - self._learnt_at > SCAN_TABLE_AGE
 
-    def known_table(self) -> list[Any]:
+    def known_table(self) -> list[Client]:
         """The table, or the reason there is none."""
         table = self.table
         if table is None:
@@ -173,7 +174,7 @@ class SlotMap:
 
     # -- steps (blocking without a bridge, awaitable with one)
 
-    def table_now(self, bridge: Any = None) -> Any:
+    def table_now(self, bridge: Bridge | None = None) -> Any:
         """The table, learnt first if there is none or it is in doubt."""
         if bridge is not None:
             return self._atable_now(bridge)
@@ -181,19 +182,19 @@ class SlotMap:
             self._flight.run(self._discover, self._needs_table)
         return self.known_table()
 
-    async def _atable_now(self, bridge: Any) -> list[Any]:
+    async def _atable_now(self, bridge: Bridge) -> list[Client]:
         if self._needs_table():
             await self._flight.arun(self._discover, self._needs_table, bridge)
         return self.known_table()
 
-    def relearn(self, bridge: Any = None) -> Any:
+    def relearn(self, bridge: Bridge | None = None) -> Any:
         """Learn the table again, unless it was just learnt."""
         if bridge is not None:
             return self._flight.arun(self._discover, self._not_fresh, bridge)
         self._flight.run(self._discover, self._not_fresh)
         return None
 
-    def scan_nodes(self, bridge: Any = None) -> Any:
+    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
         """Every primary (for SCAN and the like), with a recent slot table."""
         if bridge is not None:
             return self._ascan_nodes(bridge)
@@ -202,7 +203,7 @@ class SlotMap:
         self.known_table()
         return list(self.primaries)
 
-    async def _ascan_nodes(self, bridge: Any) -> list[Any]:
+    async def _ascan_nodes(self, bridge: Bridge) -> list[Client]:
         if self._scan_stale() or self.suspect:
             await self._flight.arun(self._discover, self._scan_stale, bridge)
         self.known_table()
@@ -210,14 +211,14 @@ class SlotMap:
 
     # -- nodes
 
-    def failed(self, node: Any) -> None:
+    def failed(self, node: Client) -> None:
         """A node timed out or dropped a call: re-learn the table, asking that node last."""
         self.suspect = True
         address = split_address(node.address)
         if address is not None:
             self._failed_at[address] = time.monotonic()
 
-    def replica_for(self, slot: int) -> Any | None:
+    def replica_for(self, slot: int) -> Client | None:
         """A replica of the slot to read from, or None."""
         if not self._config.servers.read_from_replicas or self.table is None or self.suspect:
             return None
@@ -229,7 +230,7 @@ class SlotMap:
         replica = replicas[next(self._turn) % len(replicas)]
         return replica if self.health.usable(replica) else None
 
-    def node_for(self, target: Target) -> Any:
+    def node_for(self, target: Target) -> Client:
         """The node a target names now."""
         if target is None:
             return self.primaries[0]
@@ -239,7 +240,7 @@ class SlotMap:
             return self.replica_for(target.slot) or self.known_table()[target.slot]
         return self.primaries[target.index % len(self.primaries)]
 
-    def redirect(self, exc: ResponseError, node: Any) -> tuple[str, Any]:
+    def redirect(self, exc: ResponseError, node: Client) -> tuple[str, Client | None]:
         """Classify an error reply: ("moved"|"ask", target node), ("again", None) or
         ("final", None)."""
         if isinstance(exc, RedirectError):
