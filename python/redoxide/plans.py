@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
+from redoxide._redoxide import Bridge
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, SerializationError
 
 __all__ = [
@@ -65,7 +66,7 @@ def run(plan: Plan[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-async def arun(plan: Plan[T], bridge: Any) -> T:
+async def arun(plan: Plan[T], bridge: Bridge) -> T:
     """Drive a plan with awaits on an event loop's bridge; return its result."""
     try:
         call, args = next(plan)
@@ -80,7 +81,7 @@ async def arun(plan: Plan[T], bridge: Any) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-def pause(seconds: float, bridge: Any = None) -> Any:
+def pause(seconds: float, bridge: Bridge | None = None) -> Any:
     """A step that waits: time.sleep in sync code, asyncio.sleep in async code."""
     if bridge is None:
         time.sleep(seconds)

@@ -219,7 +219,7 @@ class ClusterRouter(Topology):
         return _join_mget(count, by_slot, replies)
 
     def _mget_fast(
-        self, table: list[Any], count: int, by_slot: dict[int, list[int]], parts: list[Any]
+        self, table: list[Client], count: int, by_slot: dict[int, list[int]], parts: list[Any]
     ) -> list[Any] | None:
         """get_many on a settled cluster, blocking: one fan-out, no plan. None if anything
         was off (a redirect, an error): the caller then takes the general path, which is safe
@@ -250,7 +250,7 @@ class ClusterRouter(Topology):
 
     async def _amget_fast(
         self,
-        table: list[Any],
+        table: list[Client],
         count: int,
         by_slot: dict[int, list[int]],
         parts: list[Any],

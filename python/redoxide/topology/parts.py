@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redoxide import _redoxide
-from redoxide._redoxide import Bridge
+from redoxide._redoxide import Bridge, Client
 from redoxide.exceptions import CacheError, CacheTimeout, ResponseError
 from redoxide.plans import Plan, pause
 from redoxide.topology.slots import ReplicaOf, SlotMap, Target
@@ -37,7 +37,7 @@ RETRY_PAUSE = 0.05
 
 Part = tuple[Any, ...]
 # (node, the positions of its parts, the commands sent to it)
-Group = tuple[Any, list[int], list[Part]]
+Group = tuple[Client, list[int], list[Part]]
 
 
 def together(pending: list[Any]) -> None:
@@ -47,7 +47,7 @@ def together(pending: list[Any]) -> None:
             waiting.sent_with(pending)
 
 
-def send(calls: list[tuple[Any, list[Part]]], bridge: Bridge | None = None) -> Any:
+def send(calls: list[tuple[Client, list[Part]]], bridge: Bridge | None = None) -> Any:
     """A step: run one pipeline per node, all at once; return each node's replies (error
     replies as ResponseError instances) or the exception that failed it as a whole."""
     if bridge is not None:
@@ -61,7 +61,7 @@ def send(calls: list[tuple[Any, list[Part]]], bridge: Bridge | None = None) -> A
     return _redoxide.fanout(calls)
 
 
-async def _asend(calls: list[tuple[Any, list[Part]]], bridge: Bridge) -> list[Any]:
+async def _asend(calls: list[tuple[Client, list[Part]]], bridge: Bridge) -> list[Any]:
     pending = [node.pipeline_results(commands, bridge) for node, commands in calls]
     together(pending)
     outcomes: list[Any] = []
@@ -73,11 +73,9 @@ async def _asend(calls: list[tuple[Any, list[Part]]], bridge: Bridge) -> list[An
     return outcomes
 
 
-def by_node(
-    table: list[Any], slots: Sequence[int], parts: Sequence[Part]
-) -> dict[int, tuple[Any, list[int], list[Part]]]:
+def by_node(table: list[Client], slots: Sequence[int], parts: Sequence[Part]) -> dict[int, Group]:
     """Group one part per slot by the node serving the slot: {id(node): (node, slots, parts)}."""
-    groups: dict[int, tuple[Any, list[int], list[Part]]] = {}
+    groups: dict[int, Group] = {}
     for slot, part in zip(slots, parts, strict=True):
         node = table[slot]
         group = groups.get(id(node))
@@ -105,14 +103,14 @@ class _Round:
 
     def __init__(self) -> None:
         self.retry: list[int] = []  # redirected: send again
-        self.lost: list[tuple[int, Any, BaseException]] = []  # connection broke mid-call
+        self.lost: list[tuple[int, Client, BaseException]] = []  # connection broke mid-call
         self.wait = False  # TRYAGAIN and the like: pause first
 
 
 def _group(
     slots: SlotMap,
     todo: list[int],
-    asking: dict[int, Any],
+    asking: dict[int, Client],
     parts: list[Part],
     targets: list[Target],
 ) -> dict[int, Group]:
@@ -132,10 +130,10 @@ def _group(
 
 def _settle(
     slots: SlotMap,
-    node: Any,
+    node: Client,
     positions: list[int],
     outcome: list[Any],
-    state: tuple[list[Any], dict[int, Any], dict[int, ResponseError]],
+    state: tuple[list[Any], dict[int, Client], dict[int, ResponseError]],
     round_: _Round,
 ) -> None:
     """Take one node's replies: keep the answers, note the redirected parts."""
@@ -149,7 +147,7 @@ def _settle(
         if isinstance(reply, ResponseError):
             last_error[i] = reply
             kind, target = slots.redirect(reply, node)
-            if kind == "ask":
+            if kind == "ask" and target is not None:
                 asking[i] = target
                 round_.retry.append(i)
                 continue
@@ -175,7 +173,7 @@ def run_parts(slots: SlotMap, parts: list[Part], targets: list[Target]) -> Plan[
     yield slots.table_now, ()
     replies: list[Any] = [None] * len(parts)
     todo = list(range(len(parts)))
-    asking: dict[int, Any] = {}
+    asking: dict[int, Client] = {}
     last_error: dict[int, ResponseError] = {}
     for attempt in range(MAX_REDIRECTS + 1):
         groups = _group(slots, todo, asking, parts, targets)
