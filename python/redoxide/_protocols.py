@@ -23,6 +23,7 @@ __all__ = [
     "ClientLike",
     "Command",
     "Topology",
+    "owner",
     "primaries",
     "reads_client",
     "spans_primaries",
@@ -122,6 +123,11 @@ class Topology:
         invalidations a near cache listens to); None while they are not known yet."""
         raise NotImplementedError
 
+    def owner(self, key: str) -> Client | None:
+        """The Rust client of the primary that owns `key` now (where a near cache's fill
+        reads it); None while that is not known."""
+        raise NotImplementedError
+
 
 def spans_primaries(client: ClientLike) -> bool:
     """Whether `client`'s keys live on several primaries (a cluster)."""
@@ -131,6 +137,13 @@ def spans_primaries(client: ClientLike) -> bool:
 def reads_client(client: ClientLike) -> ClientLike:
     """The client whose raw commands go where `client`'s reads go."""
     return client.replica_reads() if isinstance(client, Topology) else client
+
+
+def owner(client: ClientLike, key: str) -> Client | None:
+    """The Rust client of the primary that owns `key` now (the server itself for one)."""
+    if isinstance(client, Topology):
+        return client.owner(key)
+    return client if isinstance(client, Client) else None
 
 
 def primaries(client: ClientLike) -> tuple[Client, ...] | None:

@@ -13,9 +13,13 @@ coherent by the server's client tracking.
 - the store and its tracking connections live in Rust (src/near/): invalidations are applied
   there without the GIL, and hits are refused while the tracking connections are silent.
 
-Fills always read the primary (``pipeline`` is a write-path call on every router), the node
-whose tracking connection we listen to: a lagging replica could otherwise hand back a value
-older than an invalidation the primary has already sent.
+Fills always read the primary, the node whose tracking connection we listen to: a lagging
+replica could otherwise hand back a value older than an invalidation the primary has already
+sent. A get's fill is one protocol, in the core (``NearCache.fill``: GET and PTTL in one round
+trip, installed only if the token survived and the server that answered is tracked), which a
+get on one server runs inside ``NearCache.get`` and a router's runs on ``owner(key)``, the
+primary its topology names. A get_many's fills go through ``pipeline`` (a write-path call on
+every router, so the primaries) and ``install``, re-checking the tracked nodes in between.
 """
 
 from __future__ import annotations
@@ -28,9 +32,16 @@ from typing import Any
 
 from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig
-from redoxide._protocols import ClientLike, Command, Topology, primaries, spans_primaries
+from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
 from redoxide._redoxide import Bridge, Client, NearCache
 from redoxide._registry import Registry, track
+from redoxide.exceptions import (
+    ClusterDownError,
+    ConnectionInterrupted,
+    ReadOnlyError,
+    RedirectError,
+    TryAgainError,
+)
 from redoxide.plans import Plan
 from redoxide.topology.base import Router
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
@@ -39,6 +50,16 @@ __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
+
+#: What a router recovers from (a slot that moved or is moving, a primary that failed over or
+#: was demoted): a fill on the owner it named that meets one reads through the router instead.
+_ROUTER_RECOVERS = (
+    RedirectError,
+    TryAgainError,
+    ClusterDownError,
+    ReadOnlyError,
+    ConnectionInterrupted,
+)
 
 #: Every near cache of the process (they live as long as it does: see `near_client`).
 _every: tuple[NearClient, ...] = ()
@@ -153,6 +174,9 @@ class NearClient(Topology):
     def primaries(self) -> tuple[Client, ...] | None:
         return primaries(self._inner)
 
+    def owner(self, key: str) -> Client | None:
+        return owner(self._inner, key)
+
     def __repr__(self) -> str:
         return f"<redoxide NearClient over {self._inner!r}>"
 
@@ -242,17 +266,21 @@ class NearClient(Topology):
         return True
 
     def _fill(self, key: str, token: Any) -> Plan[Any]:
-        """A miss: read value and PTTL in one round trip, install if the token survived."""
+        """A miss on a router: the one fill (``NearCache.fill``, which a get on one server runs
+        inside the core) on the primary that owns the key now. The router reads instead, with
+        nothing installed, when that primary is not known or the fill finds the key moved or
+        the node gone (a timeout's time is spent: it raises)."""
         if not self._fills(key, token):
             return (yield self._inner.get, (key,))
-        try:
-            data, pttl = yield self._inner.pipeline, ((("GET", key), ("PTTL", key)),)
-        except BaseException:
+        node = owner(self._inner, key)
+        if node is None:
             self._store.cancel(key, token)
-            raise
-        self._follow()
-        self._store.install(key, token, data, pttl)
-        return data
+            return (yield self._inner.get, (key,))
+        try:
+            return (yield self._store.fill, (node, key, token))
+        except _ROUTER_RECOVERS:
+            # The token is cancelled; the router follows the key to its home.
+            return (yield self._inner.get, (key,))
 
     def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
         keys = keys if type(keys) is list else list(keys)
@@ -409,6 +437,9 @@ class _NearReads(Router):
 
     def primaries(self) -> tuple[Client, ...] | None:
         return self._near.primaries()
+
+    def owner(self, key: str) -> Client | None:
+        return self._near.owner(key)
 
 
 _near_clients: Registry[NearClient] = Registry()

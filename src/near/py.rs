@@ -84,13 +84,15 @@ fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
-/// Install a fill's reply (GET, PTTL) if its token survived; return the value (or raise the
-/// error the GET met). A failed round trip cancels the token.
+/// The end of every fill (one server's, a router's): install the reply (GET, PTTL) if its
+/// token survived and the server that answered (`source`) is tracked; return the value (or
+/// raise the error the GET met). A failed round trip cancels the token.
 fn finish_fill(
     py: Python<'_>,
     near: &Near,
     key: &[u8],
     token: Token,
+    source: &str,
     reply: Result<Value, crate::errors::Error>,
 ) -> PyResult<Py<PyAny>> {
     let (data, pttl) = match reply {
@@ -106,7 +108,11 @@ fn finish_fill(
     };
     match (data, pttl) {
         (Some(Value::BulkString(value)), Some(Value::Int(pttl))) => {
-            near.store.install(key, token, &value, pttl);
+            if near.tracks_source(source) {
+                near.store.install(key, token, &value, pttl);
+            } else {
+                near.store.cancel(key, token);
+            }
             Ok(PyBytes::new(py, &value).into_any().unbind())
         }
         (data, _) => {
@@ -121,6 +127,7 @@ struct FillGuard {
     near: Arc<Near>,
     key: Box<[u8]>,
     token: Token,
+    source: Arc<str>,
     done: bool,
 }
 
@@ -201,19 +208,8 @@ impl NearCache {
         })
     }
 
-    /// The conversion of an async fill's reply: install it (if the token survived) and
-    /// return the value. The guard cancels the token if the awaitable is dropped unawaited.
-    fn fill_finish(&self, key: &[u8], token: Token) -> crate::bridge::Finish {
-        let guard = FillGuard { near: Arc::clone(&self.near), key: key.into(), token, done: false };
-        Box::new(move |py: Python<'_>, reply: Value| {
-            let mut guard = guard;
-            guard.done = true;
-            finish_fill(py, &guard.near, &guard.key, guard.token, Ok(reply))
-        })
-    }
-
-    /// A sync fill on one server: GET and PTTL in one round trip (GIL released), installed
-    /// if the token survived; the value.
+    /// A sync fill: GET and PTTL in one round trip to `client` (GIL released), installed as
+    /// `finish_fill` says; the value.
     fn fill_sync(
         &self,
         py: Python<'_>,
@@ -224,7 +220,38 @@ impl NearCache {
         let mut pipe = Pipeline::with_capacity(2);
         pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
         let reply = client.call_sync(py, &Request::Pipe(pipe));
-        finish_fill(py, &self.near, key, token, reply)
+        finish_fill(py, &self.near, key, token, client.addr(), reply)
+    }
+
+    /// An async fill: the awaitable of GET and PTTL on `client`, installed (as `finish_fill`
+    /// says) when it is converted. Its guard cancels the token if the awaitable is dropped
+    /// unawaited.
+    fn fill_async(
+        &self,
+        py: Python<'_>,
+        client: &Client,
+        key: &[u8],
+        token: Token,
+        bridge: Py<Bridge>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut pipe = Pipeline::with_capacity(2);
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        let source = Arc::clone(client.addr());
+        let guard =
+            FillGuard { near: Arc::clone(&self.near), key: key.into(), token, source, done: false };
+        let finish: crate::bridge::Finish = Box::new(move |py: Python<'_>, reply: Value| {
+            let mut guard = guard;
+            guard.done = true;
+            finish_fill(py, &guard.near, &guard.key, guard.token, &guard.source, Ok(reply))
+        });
+        let pending = match client.run_async(py, bridge, Request::Pipe(pipe), reply::to_py) {
+            Ok(pending) => pending,
+            Err(err) => {
+                self.near.store.cancel(key, token);
+                return Err(err);
+            }
+        };
+        Ok(Py::new(py, pending.with_finish(finish))?.into_any())
     }
 
     /// Send a write through the tracking connection: its converted reply (sync) or its
@@ -339,6 +366,28 @@ impl NearCache {
         })
     }
 
+    /// The fill of a kept key's miss that `lookup` registered under `token`, on `client`,
+    /// the server that owns the key now (one server's `get` / `aget` run the same): GET and
+    /// PTTL in one round trip, installed if the token survived and the server is tracked;
+    /// the value, or with `bridge` its awaitable. A failed round trip cancels the token.
+    #[pyo3(signature = (client, key, token, bridge=None))]
+    fn fill(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        key: &str,
+        token: u64,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let client = client.get();
+            match bridge {
+                None => self.fill_sync(py, client, key.as_bytes(), Token(token)),
+                Some(bridge) => self.fill_async(py, client, key.as_bytes(), Token(token), bridge),
+            }
+        })
+    }
+
     /// `get` from an event loop on one server: a hit (awaitable at once), or the awaitable of
     /// the server's reply (a fill, installed when it is converted); False once when the near
     /// cache has just been turned off.
@@ -355,20 +404,7 @@ impl NearCache {
                 Found::Hit(value) => {
                     Ok(Py::new(py, Ready { value: value.into_any().unbind() })?.into_any())
                 }
-                Found::Miss(token) => {
-                    let mut pipe = Pipeline::with_capacity(2);
-                    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
-                    let finish = self.fill_finish(key.as_bytes(), token);
-                    let pending =
-                        match client.run_async(py, bridge, Request::Pipe(pipe), reply::to_py) {
-                            Ok(pending) => pending,
-                            Err(err) => {
-                                self.near.store.cancel(key.as_bytes(), token);
-                                return Err(err);
-                            }
-                        };
-                    Ok(Py::new(py, pending.with_finish(finish))?.into_any())
-                }
+                Found::Miss(token) => self.fill_async(py, client, key.as_bytes(), token, bridge),
                 Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
                 Found::NotKept => {
                     let mut cmd = redis::cmd("GET");

@@ -257,6 +257,13 @@ impl Near {
     }
 
     /// Track these servers from now on (a failover, a new slot map): flush, and restart.
+    /// Whether the server at `addr` is in the tracked set: a fill read from it may be
+    /// installed (its invalidations are heard). A router's fill reads the node that owned
+    /// the key when it was asked, which a failover may have taken out of the set since.
+    pub fn tracks_source(&self, addr: &str) -> bool {
+        locked(&self.trackers).sources.iter().any(|s| &*s.addr == addr)
+    }
+
     pub fn track(self: &Arc<Self>, sources: Vec<Source>) -> Result<()> {
         let mut trackers = locked(&self.trackers);
         self.reset(&mut trackers, sources.into_iter().map(Arc::new).collect())

@@ -84,6 +84,12 @@ impl Client {
     pub(crate) fn tracking_source(&self) -> crate::near::Source {
         self.tracking.clone()
     }
+
+    /// host:port or socket path (the tracking source's too): what a near cache checks a
+    /// fill's server against.
+    pub(crate) fn addr(&self) -> &Arc<str> {
+        &self.addr
+    }
 }
 
 /// The longest timeout taken as given (a year); `float(sys.maxsize)` means "never" too.

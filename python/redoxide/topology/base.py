@@ -77,3 +77,6 @@ class ReplicaReads(Router):
 
     def primaries(self) -> tuple[Client, ...] | None:
         return self._router.primaries()
+
+    def owner(self, key: str) -> Client | None:
+        return self._router.owner(key)

@@ -66,6 +66,11 @@ class ClusterRouter(Topology):
     def primaries(self) -> tuple[Client, ...] | None:
         return tuple(self.slots.primaries) or None
 
+    def owner(self, key: str) -> Client | None:
+        slots = self.slots
+        table = slots.table
+        return None if table is None or slots.suspect else table[key_slot(key)]
+
     # -- one single-slot call
 
     def _node(self, slot: int | None) -> Client:

@@ -9,6 +9,7 @@ from typing import Any
 
 from redoxide import plans
 from redoxide._protocols import ClientLike
+from redoxide._protocols import owner as owner_of
 from redoxide._protocols import primaries as primaries_of
 from redoxide._redoxide import Bridge, Client
 from redoxide.topology.base import Router
@@ -38,6 +39,9 @@ class ReplicaRouter(Router):
 
     def primaries(self) -> tuple[Client, ...] | None:
         return primaries_of(self.primary)
+
+    def owner(self, key: str) -> Client | None:
+        return owner_of(self.primary, key)
 
     def reader(self) -> ClientLike | None:
         """The next replica to read from, or None (no replicas, or none answering)."""

@@ -124,6 +124,9 @@ class SentinelPrimary(Router):
         node = self.node
         return (node,) if node is not None and not self.suspect else None
 
+    def owner(self, key: str) -> Client | None:
+        return None if self.suspect else self.node
+
     def _not_fresh(self) -> bool:
         return self.node is None or not self._fresh()
 
@@ -209,6 +212,9 @@ class SentinelRouter(Router):
 
     def primaries(self) -> tuple[Client, ...] | None:
         return self.primary.primaries()
+
+    def owner(self, key: str) -> Client | None:
+        return self.primary.owner(key)
 
     def _read(self, call: Call, bridge: Bridge | None) -> Any:
         if not self.primary.settled:
