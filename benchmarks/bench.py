@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import result_files
 from servers import RedisServer, redis_benchmark, redis_benchmark_version, redis_server_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -877,16 +878,22 @@ def report(bench: Bench) -> str:
 
 
 def save(data: dict[str, Any], quick: bool) -> list[Path]:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = data["timestamp"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    """The current result (results/latest-<regime>.json) and a line of history: each
+    target's median calls/s per mode and operation. A --quick run keeps its own file."""
     suffix = f"{data['regime']}{'-quick' if quick else ''}"
-    paths = [RESULTS_DIR / f"{stamp}-{suffix}.json", RESULTS_DIR / f"latest-{suffix}.json"]
-    text = json.dumps(data, indent=2) + "\n"
-    for path in paths:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return paths
+    summary = {
+        mode: {
+            target: {phase: stats.get("median_ops_s") for phase, stats in phases.items()}
+            for target, phases in per_target.items()
+        }
+        for mode, per_target in data["results"].items()
+    }
+    if quick:  # not a result to keep: no history line
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        path = RESULTS_DIR / f"latest-{suffix}.json"
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        return [path]
+    return [result_files.save(f"latest-{suffix}", data, summary)]
 
 
 # --- command line -----------------------------------------------------------------------

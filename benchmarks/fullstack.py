@@ -42,10 +42,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+# The one import of the shared server support (it may move: fix it here only).
+import result_files
 from fullstack_project import PACKAGE, write_project
 from fullstack_proxy import DelayProxy, ping_rtt_ms
 from fullstack_report import (
@@ -72,8 +73,6 @@ from fullstack_tools import (
     switches,
     wrk,
 )
-
-# The one import of the shared server support (it may move: fix it here only).
 from servers import RedisServer, free_port, redis_server_version
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -562,13 +561,18 @@ def _finite(value: Any) -> Any:
 
 
 def save(data: dict[str, Any]) -> list[Path]:
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    paths = [RESULTS_DIR / f"fullstack-{stamp}.json", RESULTS_DIR / "fullstack-latest.json"]
-    text = json.dumps(_finite(data), indent=1, allow_nan=False) + "\n"
-    for path in paths:
-        path.write_text(text)
-    return paths
+    """The current result (results/fullstack-latest.json) and a line of history: the ratios
+    to django-vcache and redoxide's req/s, CPU per request and p99 in every cell."""
+    data = _finite(data)
+    summary = {
+        "ratios_to_django-vcache": data.get("ratios_to_django-vcache"),
+        "redoxide": {
+            cell: {k: figures.get(k) for k in ("rps", "app_cpu_us", "redis_cpu_us", "p99_ms")}
+            for cell, figures in data["medians"].items()
+            if cell.endswith("|redoxide")
+        },
+    }
+    return [result_files.save("fullstack-latest", data, summary, indent=1)]
 
 
 def parse_list(text: str, choices: Sequence[str], what: str) -> tuple[str, ...]:
