@@ -178,7 +178,7 @@ fmt: $(DEPS_STAMP) ## Format Rust and Python sources in place and apply safe ruf
 demo: install ## Run examples/ under uvicorn against a throwaway redis-server and show what happens
 	$(PY) scripts/demo.py
 
-bench: install ## Run the benchmarks (backends, then compressors/serializers), idle and busy host
+bench: install ## Run the benchmarks (backends, compressors/serializers, cluster, near cache, structures, signing, delete_pattern, memory, full stack)
 	$(PY) benchmarks/bench.py --both
 	$(PY) benchmarks/chart.py
 	$(PY) benchmarks/codec_bench.py
@@ -186,6 +186,10 @@ bench: install ## Run the benchmarks (backends, then compressors/serializers), i
 	$(PY) benchmarks/cluster_bench.py
 	$(PY) benchmarks/cluster_bench.py --busy
 	$(PY) benchmarks/near_cache_bench.py
+	$(PY) benchmarks/structures_bench.py
+	$(PY) benchmarks/signing_bench.py
+	$(PY) benchmarks/delete_pattern_bench.py
+	$(PY) benchmarks/rss.py
 	$(MAKE) bench-fullstack
 
 VENV312 := .venv-bench312

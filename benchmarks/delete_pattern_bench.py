@@ -17,19 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import django
 import redis
-from django.conf import settings
+from harness import setup_django
 from servers import RedisServer
 
 SURVIVORS = 10_000
 FILL_BATCH = 10_000
-
-
-def _setup_django() -> None:
-    if not settings.configured:
-        settings.configure(CACHES={}, INSTALLED_APPS=[])
-        django.setup()
 
 
 def _fill(raw: redis.Redis, matching: int) -> None:
@@ -54,7 +47,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keys", type=int, default=100_000)
     args = parser.parse_args()
-    _setup_django()
+    setup_django()
 
     from django_redis.cache import RedisCache as DjangoRedisCache
     from redoxide import RedisCache

@@ -26,8 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import django
-from django.conf import settings
+import harness
 from servers import RedisServer
 
 MAX_STALE_MS = 500
@@ -35,12 +34,10 @@ SIZES = {"100B": 100, "1KiB": 1024, "10KiB": 10 * 1024}
 
 
 def setup_django() -> None:
-    if not settings.configured:
-        settings.configure(
-            CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
-            SECRET_KEY="bench",
-        )
-        django.setup()
+    harness.setup_django(
+        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+        SECRET_KEY="bench",
+    )
 
 
 def targets(url: str) -> dict[str, Any]:

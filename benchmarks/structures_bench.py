@@ -4,8 +4,9 @@
 
 One throwaway redis-server, one thread, one call at a time (so this is per-call client cost
 plus one loopback round trip). For each call (sadd, smembers, hset, hget, zadd, zrange) both
-backends run it `--calls` times per round on a key of their own, interleaved round by round;
-the best round is reported, with redoxide's rate as a multiple of django-redis'. The sets,
+backends run it `--calls` times per round on a key of their own, interleaved round by round
+(harness.py); the median of the rounds is reported, with redoxide's rate as a multiple of
+django-redis'. The sets,
 hashes and sorted sets read hold 10 members. PING (redoxide's raw ``cache.client.execute``,
 redis-py's ``ping``) is the floor: a round trip with no cache logic. Takes about 10 s.
 """
@@ -13,22 +14,14 @@ redis-py's ``ping``) is the floor: a round trip with no cache logic. Takes about
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import Any
 
-import django
-from django.conf import settings
+from harness import interleaved, setup_django, table
 from servers import RedisServer
 
 PARAMS = {"KEY_PREFIX": "bench", "VERSION": 1}
 MEMBERS = [f"member-{i}" for i in range(10)]
-
-
-def _setup_django() -> None:
-    if not settings.configured:
-        settings.configure(CACHES={}, INSTALLED_APPS=[])
-        django.setup()
 
 
 def workloads(
@@ -51,19 +44,12 @@ def workloads(
     }
 
 
-def rate(call: Callable[[int], Any], calls: int) -> float:
-    start = time.perf_counter()
-    for i in range(calls):
-        call(i)
-    return calls / (time.perf_counter() - start)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=3000, help="calls per round (3000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     args = parser.parse_args()
-    _setup_django()
+    setup_django()
     from django_redis.cache import RedisCache as DjangoRedisCache
     from redoxide import RedisCache
 
@@ -80,23 +66,10 @@ def main() -> None:
             "redoxide": workloads(ours, "rx", ours.hget, lambda: ours.client.execute("PING")),
             "django-redis": workloads(theirs, "dr", their_hget, raw.ping),
         }
-        best: dict[tuple[str, str], float] = {}
-        for _ in range(args.rounds):
-            for op in contenders["redoxide"]:
-                for who, calls in contenders.items():
-                    r = rate(calls[op], args.calls)
-                    best[who, op] = max(best.get((who, op), 0.0), r)
-        print(f"redis-server {server_version(server)}, {args.calls} calls x {args.rounds} rounds")
-        print(f"{'call':<10}{'redoxide/s':>12}{'django-redis/s':>16}{'ratio':>8}")
-        for op in contenders["redoxide"]:
-            ours_rate, theirs_rate = best["redoxide", op], best["django-redis", op]
-            print(
-                f"{op:<10}{ours_rate:>12,.0f}{theirs_rate:>16,.0f}{ours_rate / theirs_rate:>7.2f}x"
-            )
-
-
-def server_version(server: RedisServer) -> str:
-    return server.info("server").get("redis_version", "?")
+        results = interleaved(contenders, args.rounds, args.calls)
+        version = server.info("server").get("redis_version", "?")
+        print(f"redis-server {version}, {args.calls} calls x {args.rounds} rounds, medians")
+        print(table(results, reference="django-redis"))
 
 
 if __name__ == "__main__":
