@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,13 +179,6 @@ BACKENDS = {
     b.name: b
     for b in (
         _same("redoxide", "redoxide.RedisCache"),
-        # Every thread's sync calls on one connection per process (the same under ASGI).
-        Backend(
-            "redoxide-shared",
-            "redoxide.RedisCache",
-            "redoxide.RedisCache",
-            '{"SYNC_CONNECTIONS": "shared"}',
-        ),
         # The near cache on the read view's hot keys (hot:*).
         Backend(
             "redoxide-near",
@@ -193,42 +186,12 @@ BACKENDS = {
             "redoxide.RedisCache",
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}}',
         ),
-        Backend(
-            "redoxide-near-shared",
-            "redoxide.RedisCache",
-            "redoxide.RedisCache",
-            '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SYNC_CONNECTIONS": "shared"}',
-        ),
         # django-vcache's incr (a bare INCRBY, no missing-key check): Redis' work like for like.
         Backend(
             "redoxide-incrby",
             f"{PACKAGE}.backends.IncrByCache",
             f"{PACKAGE}.backends.IncrByCache",
             requires="redoxide",
-        ),
-        # The busy-host behaviour everywhere: never poll for replies, every command that
-        # finds others in flight waits for the loop's flush (REDOXIDE_POLL=never).
-        Backend(
-            "redoxide-nopoll",
-            "redoxide.RedisCache",
-            "redoxide.RedisCache",
-            env=(("REDOXIDE_POLL", "never"),),
-        ),
-        # Another build of redoxide beside this one, in the same run: the package directory
-        # that holds it (a copy of python/ with its own .so) in REDOXIDE_ALT_PYTHONPATH.
-        Backend(
-            "redoxide-alt",
-            "redoxide.RedisCache",
-            "redoxide.RedisCache",
-            env=(("PYTHONPATH", os.environ.get("REDOXIDE_ALT_PYTHONPATH", "")),),
-        ),
-        # That other build with the near cache on (as redoxide-near).
-        Backend(
-            "redoxide-alt-near",
-            "redoxide.RedisCache",
-            "redoxide.RedisCache",
-            '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}}',
-            env=(("PYTHONPATH", os.environ.get("REDOXIDE_ALT_PYTHONPATH", "")),),
         ),
         # MessagePack, as django-vcache stores by default: the like-for-like row beside it.
         Backend(
@@ -262,18 +225,45 @@ BACKENDS = {
         ),
     )
 }
-# Variants measured only when asked for (--backends ...).
+# Standing variants, measured only when asked for (--backends ...). One-off variants (other
+# OPTIONS, an environment switch, another build of the package) are named with --variant.
 OPT_IN = (
-    "redoxide-shared",
     "redoxide-near",
-    "redoxide-near-shared",
     "redoxide-msgpack",
-    "redoxide-nopoll",
     "redoxide-incrby",
-    "redoxide-alt",
-    "redoxide-alt-near",
     "django-vcache-csc",
 )
+
+
+def variant(spec: str) -> Backend:
+    """A backend named on the command line: ``NAME=BASE`` and, after a space or a colon, a
+    JSON object with ``OPTIONS`` (merged over BASE's), ``env`` (the app server's environment,
+    e.g. ``{"REDOXIDE_POLL": "never"}``) and ``pythonpath`` (another build of the package,
+    for an A/B in one run). E.g.
+    ``--variant 'redoxide-shared=redoxide:{"OPTIONS": {"SYNC_CONNECTIONS": "shared"}}'``."""
+    name, sep, rest = spec.partition("=")
+    found = re.match(r"([\w.-]*)[:\s]?(.*)", rest, re.S)
+    base_name, extra = found.groups() if found else ("", "")
+    if not sep or not name or base_name not in BACKENDS or name in BACKENDS:
+        raise argparse.ArgumentTypeError(
+            f"--variant {spec!r}: NAME=BASE[:JSON] with a new NAME and BASE one of {list(BACKENDS)}"
+        )
+    try:
+        fields = json.loads(extra) if extra.strip() else {}
+        if not isinstance(fields, dict) or set(fields) - {"OPTIONS", "env", "pythonpath"}:
+            raise ValueError("keys: OPTIONS, env, pythonpath")
+        base = BACKENDS[base_name]
+        options = {**json.loads(base.options or "{}"), **fields.get("OPTIONS", {})}
+        env = {**dict(base.env), **{str(k): str(v) for k, v in fields.get("env", {}).items()}}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"--variant {spec!r}: {exc}") from None
+    if "pythonpath" in fields:
+        env["PYTHONPATH"] = str(fields["pythonpath"])
+    return replace(
+        base, name=name, options=json.dumps(options) if options else "", env=tuple(env.items())
+    )
+
+
 BASELINE = _same(BASELINE_NAME, "django.core.cache.backends.dummy.DummyCache")
 VIEWS = ("six", "read", "base")
 CONDITIONS = ("loopback", "delay")
@@ -594,7 +584,14 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument(
         "--backends",
         default=",".join(b for b in BACKENDS if b not in OPT_IN),
-        help=f"default: %(default)s (also: {', '.join(OPT_IN)})",
+        help=f"default: %(default)s (also: {', '.join(OPT_IN)}, and each --variant)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=BASE[:JSON]",
+        help="add a backend: BASE with JSON's OPTIONS / env / pythonpath (see variant())",
     )
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="default: %(default)s")
     p.add_argument("--delay-ms", type=float, default=0.5, help="per direction (default 0.5)")
@@ -608,10 +605,12 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         help="print a saved run's six-op view as one table per server mode (the READMEs')",
     )
     args = p.parse_args(argv)
-    if "redoxide-alt" in args.backends and not os.environ.get("REDOXIDE_ALT_PYTHONPATH"):
-        # (also matches redoxide-alt-near)
-        p.error("redoxide-alt runs the package in REDOXIDE_ALT_PYTHONPATH, which is not set")
     try:
+        for spec in args.variant:
+            added = variant(spec)
+            BACKENDS[added.name] = added
+            if added.name not in args.backends.split(","):
+                args.backends += "," + added.name
         return Config(
             rounds=args.rounds or (1 if args.quick else 3),
             seconds=args.seconds or (3.0 if args.quick else 8.0),

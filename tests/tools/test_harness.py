@@ -60,3 +60,21 @@ def test_a_saved_result_replaces_the_current_file_and_adds_history(
     runs = result_files.history("thing")
     assert [r["summary"] for r in runs] == [{"median": 1}, {"median": 2}]
     assert all(r["commit"] and r["date"].endswith("Z") for r in runs)
+
+
+def test_a_full_stack_variant_is_data_on_the_command_line() -> None:
+    import argparse
+
+    import fullstack
+
+    made = fullstack.variant(
+        'before-near=redoxide-near:{"OPTIONS": {"SOCKET_TIMEOUT": 3}, "pythonpath": "/tmp/x",'
+        ' "env": {"REDOXIDE_POLL": "never"}}'
+    )
+    assert made.name == "before-near"
+    assert made.sync_class == fullstack.BACKENDS["redoxide-near"].sync_class
+    assert json.loads(made.options) == {"NEAR_CACHE": {"PREFIXES": ["hot:"]}, "SOCKET_TIMEOUT": 3}
+    assert dict(made.env) == {"REDOXIDE_POLL": "never", "PYTHONPATH": "/tmp/x"}
+    for bad in ("x=nope", "redoxide=redoxide", 'y=redoxide:{"bad": 1}', "z=redoxide:[1]"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            fullstack.variant(bad)
