@@ -12,6 +12,7 @@ that are kept go through result_files.py.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,7 +37,7 @@ def setup_django(**settings: Any) -> None:
 def per_second(call: Callable[[int], Any], calls: int) -> float:
     """Calls per second of `call(i)` for i in range(calls), blocking; a coroutine function
     is awaited call by call on one event loop (so its rate includes the awaits)."""
-    if asyncio.iscoroutinefunction(call):
+    if inspect.iscoroutinefunction(call):
         return asyncio.run(_per_second_async(call, calls))
     start = time.perf_counter()
     for i in range(calls):
