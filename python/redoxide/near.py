@@ -43,7 +43,7 @@ from redoxide.exceptions import (
     TryAgainError,
 )
 from redoxide.plans import Plan
-from redoxide.topology.base import Router
+from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
@@ -83,14 +83,15 @@ def _forget_everywhere(forget: Forget, what: Any) -> bool:
 
 def _forgets(call: Call) -> tuple[Forget, Any]:
     """What a write call drops from the stores: how to find its keys, and where."""
+    first = call.args[0]  # the command, the commands, the key, the keys
     if isinstance(call, Execute):
-        return NearCache.forget, call.args
+        return NearCache.forget, first
     if isinstance(call, Pipeline):
-        return NearCache.forget_all, call.commands
+        return NearCache.forget_all, first
     if isinstance(call, Set):
-        return NearCache.forget_keys, (call.key,)
+        return NearCache.forget_keys, (first,)
     if isinstance(call, SetMany):
-        return NearCache.forget_keys, call.keys
+        return NearCache.forget_keys, first
     raise TypeError(f"redoxide: {type(call).__name__} is not a write")
 
 
@@ -414,32 +415,21 @@ class NearClient(Topology):
         return self._write(SetMany(keys, values, ttl_ms), bridge)
 
 
-class _NearReads(Router):
+class _NearReads(ReadClient):
     """A near-cached client's read client (``get_client(write=False)`` on replicas): every
     command goes where the inner client's reads go; one that writes still drops the tracked
     keys it names, as on the near-cached client."""
 
     def __init__(self, near: NearClient, reads: ClientLike) -> None:
+        super().__init__(near)
         self._near = near
         self._reads = reads
-
-    def __repr__(self) -> str:
-        return f"<redoxide reads of {self._near!r}>"
 
     def _read(self, call: Call, bridge: Bridge | None) -> Any:
         return call.on(self._reads, bridge)
 
     def _write(self, call: Call, bridge: Bridge | None) -> Any:
         return self._near._write(call, bridge, on=self._reads)
-
-    def replica_reads(self) -> ClientLike:
-        return self
-
-    def primaries(self) -> tuple[Client, ...] | None:
-        return self._near.primaries()
-
-    def owner(self, key: str) -> Client | None:
-        return self._near.owner(key)
 
 
 _near_clients: Registry[NearClient] = Registry()

@@ -84,6 +84,13 @@ fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
+/// A fill's one round trip: the value and its PTTL.
+fn fill_request(key: &[u8]) -> Request {
+    let mut pipe = Pipeline::with_capacity(2);
+    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+    Request::Pipe(pipe)
+}
+
 /// The end of every fill (one server's, a router's): install the reply (GET, PTTL) if its
 /// token survived and the server that answered (`source`) is tracked; return the value (or
 /// raise the error the GET met). A failed round trip cancels the token.
@@ -217,15 +224,13 @@ impl NearCache {
         key: &[u8],
         token: Token,
     ) -> PyResult<Py<PyAny>> {
-        let mut pipe = Pipeline::with_capacity(2);
-        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
-        let reply = client.call_sync(py, &Request::Pipe(pipe));
+        let reply = client.call_sync(py, &fill_request(key));
         finish_fill(py, &self.near, key, token, client.addr(), reply)
     }
 
     /// An async fill: the awaitable of GET and PTTL on `client`, installed (as `finish_fill`
-    /// says) when it is converted. Its guard cancels the token if the awaitable is dropped
-    /// unawaited.
+    /// says) when it is converted. Its guard cancels the token if the request cannot be sent
+    /// or the awaitable is dropped unawaited.
     fn fill_async(
         &self,
         py: Python<'_>,
@@ -234,8 +239,6 @@ impl NearCache {
         token: Token,
         bridge: Py<Bridge>,
     ) -> PyResult<Py<PyAny>> {
-        let mut pipe = Pipeline::with_capacity(2);
-        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
         let source = Arc::clone(client.addr());
         let guard =
             FillGuard { near: Arc::clone(&self.near), key: key.into(), token, source, done: false };
@@ -244,13 +247,7 @@ impl NearCache {
             guard.done = true;
             finish_fill(py, &guard.near, &guard.key, guard.token, &guard.source, Ok(reply))
         });
-        let pending = match client.run_async(py, bridge, Request::Pipe(pipe), reply::to_py) {
-            Ok(pending) => pending,
-            Err(err) => {
-                self.near.store.cancel(key, token);
-                return Err(err);
-            }
-        };
+        let pending = client.run_async(py, bridge, fill_request(key), reply::to_py)?;
         Ok(Py::new(py, pending.with_finish(finish))?.into_any())
     }
 

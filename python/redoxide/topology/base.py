@@ -9,7 +9,7 @@ from redoxide._protocols import ClientLike, Command, Topology
 from redoxide._redoxide import Bridge, Client
 from redoxide.topology.calls import Call, Execute, Get, MGet, Pipeline, Set, SetMany
 
-__all__ = ["ReplicaReads", "Router"]
+__all__ = ["ReadClient", "ReplicaReads", "Router"]
 
 
 class Router(Topology):
@@ -58,25 +58,34 @@ class Router(Topology):
         return ReplicaReads(self)
 
 
-class ReplicaReads(Router):
-    """A router's read client: every command routed as its get / get_many are, to a replica
-    that answers, or the primary when there is none. A write sent this way is the replica's to
-    refuse (READONLY), as on django-redis' read client."""
+class ReadClient(Router):
+    """What ``get_client(write=False)`` runs on: a client that sends every command where
+    `of`'s reads go (subclasses say how) and answers for `of`'s topology otherwise."""
 
-    def __init__(self, router: Router) -> None:
-        self._router = router
+    def __init__(self, of: Topology) -> None:
+        self._of = of
 
     def __repr__(self) -> str:
-        return f"<redoxide reads of {self._router!r}>"
-
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
-        return self._router._read(call, bridge)
+        return f"<redoxide reads of {self._of!r}>"
 
     def replica_reads(self) -> ClientLike:
         return self
 
     def primaries(self) -> tuple[Client, ...] | None:
-        return self._router.primaries()
+        return self._of.primaries()
 
     def owner(self, key: str) -> Client | None:
-        return self._router.owner(key)
+        return self._of.owner(key)
+
+
+class ReplicaReads(ReadClient):
+    """A router's read client: every command routed as its get / get_many are, to a replica
+    that answers, or the primary when there is none. A write sent this way is the replica's to
+    refuse (READONLY), as on django-redis' read client."""
+
+    def __init__(self, router: Router) -> None:
+        super().__init__(router)
+        self._router = router
+
+    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+        return self._router._read(call, bridge)

@@ -7,10 +7,10 @@ ClientLike method directly (``node.get``...), so mypy checks every call a router
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
-from redoxide._protocols import ClientLike, Command
+from redoxide._protocols import ClientLike
 from redoxide._redoxide import Bridge
 from redoxide.exceptions import ResponseError
 from redoxide.plans import Step
@@ -19,20 +19,25 @@ __all__ = ["Call", "Execute", "Get", "MGet", "Pipeline", "Set", "SetMany"]
 
 
 class Call:
-    """A call waiting for its node. The frequent kinds run `on` a node without making the
-    step first (one call fewer on a router's hot path)."""
+    """A call waiting for its node: its positional arguments, and which ClientLike method of
+    the node it runs (``method``, one line per kind)."""
 
-    __slots__ = ()
+    __slots__ = ("args",)
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        raise NotImplementedError
 
     def step(self, node: ClientLike) -> Step:
-        """The call on `node` as a plan step: the method and its arguments (a driver appends
-        the bridge when it runs one)."""
-        raise NotImplementedError
+        """The call on `node` as a plan step (a driver appends the bridge when it runs one)."""
+        return self.method(node), self.args
 
     def on(self, node: ClientLike, bridge: Bridge | None) -> Any:
         """Run the call on `node`: its reply, or (with a bridge) an awaitable of it."""
-        method, args = self.step(node)
-        return method(*args) if bridge is None else method(*args, bridge)
+        method = self.method(node)
+        return method(*self.args) if bridge is None else method(*self.args, bridge)
 
     def command(self) -> tuple[Any, ...]:
         """The one command the call sends (to repeat it after a cluster's ASKING)."""
@@ -40,88 +45,74 @@ class Call:
 
 
 class Get(Call):
-    __slots__ = ("key",)
+    """``get(key)``"""
 
-    def __init__(self, key: str) -> None:
-        self.key = key
+    __slots__ = ()
 
-    def step(self, node: ClientLike) -> Step:
-        return node.get, (self.key,)
-
-    def on(self, node: ClientLike, bridge: Bridge | None) -> Any:
-        return node.get(self.key) if bridge is None else node.get(self.key, bridge)
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return node.get
 
     def command(self) -> tuple[Any, ...]:
-        return ("GET", self.key)
+        return ("GET", *self.args)
 
 
 class MGet(Call):
-    __slots__ = ("keys",)
+    """``mget(keys)``"""
 
-    def __init__(self, keys: list[Any]) -> None:
-        self.keys = keys
+    __slots__ = ()
 
-    def step(self, node: ClientLike) -> Step:
-        return node.mget, (self.keys,)
-
-    def on(self, node: ClientLike, bridge: Bridge | None) -> Any:
-        return node.mget(self.keys) if bridge is None else node.mget(self.keys, bridge)
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return node.mget
 
     def command(self) -> tuple[Any, ...]:
-        return ("MGET", *self.keys)
+        return ("MGET", *self.args[0])
 
 
 class Set(Call):
-    __slots__ = ("key", "nx", "ttl_ms", "value", "xx")
+    """``set(key, value, ttl_ms, nx, xx)``"""
 
-    def __init__(self, key: str, value: bytes, ttl_ms: int | None, nx: bool, xx: bool) -> None:
-        self.key, self.value, self.ttl_ms, self.nx, self.xx = key, value, ttl_ms, nx, xx
+    __slots__ = ()
 
-    def step(self, node: ClientLike) -> Step:
-        return node.set, (self.key, self.value, self.ttl_ms, self.nx, self.xx)
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return node.set
 
     def command(self) -> tuple[Any, ...]:
-        command: tuple[Any, ...] = ("SET", self.key, self.value)
-        if self.ttl_ms is not None:
-            command += ("PX", max(1, self.ttl_ms))
-        if self.nx:
+        key, value, ttl_ms, nx, xx = self.args
+        command: tuple[Any, ...] = ("SET", key, value)
+        if ttl_ms is not None:
+            command += ("PX", max(1, ttl_ms))
+        if nx:
             command += ("NX",)
-        elif self.xx:
+        elif xx:
             command += ("XX",)
         return command
 
 
 class SetMany(Call):
-    __slots__ = ("keys", "ttl_ms", "values")
+    """``set_many(keys, values, ttl_ms)``"""
 
-    def __init__(self, keys: list[Any], values: list[bytes], ttl_ms: int | None) -> None:
-        self.keys, self.values, self.ttl_ms = keys, values, ttl_ms
+    __slots__ = ()
 
-    def step(self, node: ClientLike) -> Step:
-        return node.set_many, (self.keys, self.values, self.ttl_ms)
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return node.set_many
 
 
 class Execute(Call):
-    __slots__ = ("args",)
+    """``execute(command)``"""
 
-    def __init__(self, args: Command) -> None:
-        self.args = args
+    __slots__ = ()
 
-    def step(self, node: ClientLike) -> Step:
-        return node.execute, (self.args,)
-
-    def on(self, node: ClientLike, bridge: Bridge | None) -> Any:
-        return node.execute(self.args) if bridge is None else node.execute(self.args, bridge)
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return node.execute
 
     def command(self) -> tuple[Any, ...]:
-        return tuple(self.args)
+        return tuple(self.args[0])
 
 
 class Pipeline(Call):
-    __slots__ = ("commands",)
+    """``pipeline(commands)``"""
 
-    def __init__(self, commands: Sequence[Command]) -> None:
-        self.commands = commands
+    __slots__ = ()
 
-    def step(self, node: ClientLike) -> Step:
-        return node.pipeline, (self.commands,)
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return node.pipeline

@@ -155,14 +155,7 @@ class ClusterRouter(Topology):
         slot = key_slot(key)
         if self._config.servers.read_from_replicas:
             return self._read(slot, Get(key), bridge)
-        if bridge is None:
-            # The hot path, inline: the call object is made only if recovery needs it.
-            node = self._node(slot)
-            try:
-                return node.get(key)
-            except CacheError as exc:
-                return plans.run(self._recovery(exc, slot, node, Get(key)))
-        return self._acall(slot, Get(key), bridge)
+        return self._route(slot, Get(key), bridge)
 
     def set(
         self,
