@@ -18,8 +18,8 @@ replica could otherwise hand back a value older than an invalidation the primary
 sent. A get's fill is one protocol, in the core (``NearCache.fill``: GET and PTTL in one round
 trip, installed only if the token survived and the server that answered is tracked), which a
 get on one server runs inside ``NearCache.get`` and a router's runs on ``owner(key)``, the
-primary its topology names. A get_many's fills go through ``pipeline`` (a write-path call on
-every router, so the primaries) and ``install``, re-checking the tracked nodes in between.
+primary its topology names. A get_many's fills are the same protocol for many keys
+(``NearCache.fill_keys``), one round trip per owning primary, all sent at once.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from redoxide._protocols import ClientLike, Command, Topology, owner, primaries,
 from redoxide._redoxide import Bridge, Client, NearCache
 from redoxide._registry import Registry, track
 from redoxide.exceptions import (
+    CacheError,
     ClusterDownError,
     ConnectionInterrupted,
     ReadOnlyError,
@@ -45,6 +46,7 @@ from redoxide.exceptions import (
 from redoxide.plans import Plan
 from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
+from redoxide.topology.parts import together
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
@@ -98,6 +100,29 @@ def _forgets(call: Call) -> tuple[Forget, Any]:
 def _forget_in(clients: tuple[NearClient, ...], keys: Any) -> None:
     for client in clients:
         client._store.forget_keys(keys)
+
+
+#: A primary's share of a get_many's fills: positions, keys, fill tokens.
+_Part = tuple[list[int], list[Any], list[Any]]
+
+
+def _placed(at: list[int], outcome: Any, found: list[Any]) -> list[int]:
+    """Put one primary's fill outcome into `found` at positions `at`; the positions to read
+    through the router instead (the part, or a key, met what a router recovers from).
+    Anything else raises."""
+    if isinstance(outcome, _ROUTER_RECOVERS):
+        return at
+    if isinstance(outcome, BaseException):
+        raise outcome
+    again: list[int] = []
+    for i, value in zip(at, outcome, strict=True):
+        if isinstance(value, _ROUTER_RECOVERS):
+            again.append(i)
+        elif isinstance(value, BaseException):
+            raise value
+        else:
+            found[i] = value
+    return again
 
 
 def tracked_prefixes(
@@ -295,42 +320,88 @@ class NearClient(Topology):
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 
     def _fill_many(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
-        """get_many: hits from the store, every miss in one round trip."""
-        commands: list[tuple[Any, ...]] = []
-        fills: list[tuple[int, Any, int, int]] = []  # (position, key, token, reply index)
-        plain: list[tuple[int, int]] = []
+        """get_many: hits from the store; the misses filled (``NearCache.fill_keys``, the one
+        fill protocol, for every key at once) on the primaries that own them, one round trip
+        each, all sent before any reply is read. The keys a fill could not place (no owner
+        known, a slot moving, a primary gone) are read through the router, installing
+        nothing."""
+        parts, routed = self._parts(keys, found)
+        if self._direct:
+            # One server: its errors are the caller's.
+            for node, (at, names, tokens) in parts.items():
+                values = yield self._store.fill_keys, (node, names, tokens)
+                for i, value in zip(at, values, strict=True):
+                    found[i] = value
+            return found
+        if parts:
+            outcomes = yield self._fill_parts, (list(parts.items()),)
+            for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
+                routed += _placed(at, outcome, found)
+        if routed:
+            routed.sort()
+            values = yield self._inner.mget, ([keys[i] for i in routed],)
+            for i, value in zip(routed, values, strict=True):
+                found[i] = value
+        return found
+
+    def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, _Part], list[int]]:
+        """The misses among `found` by the primary that owns them (positions, keys, fill
+        tokens: None for a key not kept, or not filled now), and the positions of the misses
+        no primary is known for (their tokens cancelled)."""
+        parts: dict[Any, _Part] = {}
+        routed: list[int] = []
         following: bool | None = None
         for i, (key, hit) in enumerate(zip(keys, found, strict=True)):
             if type(hit) is bytes:
                 continue
             if hit is False:
                 self._refused()
-            elif type(hit) is int:
+                hit = None
+            elif hit is not None:
                 if following is None:
                     following = self._follow()
-                if following:
-                    fills.append((i, key, hit, len(commands)))
-                    commands += [("GET", key), ("PTTL", key)]
-                    continue
-                self._store.cancel(key, hit)
-            plain.append((i, len(commands)))
-            commands.append(("GET", key))
-        if not commands:
-            return found
+                if not following:
+                    self._store.cancel(key, hit)
+                    hit = None
+            node = self._inner if self._direct else owner(self._inner, key)
+            if node is None:
+                if hit is not None:
+                    self._store.cancel(key, hit)
+                routed.append(i)
+                continue
+            at, names, tokens = parts.setdefault(node, ([], [], []))
+            at.append(i)
+            names.append(key)
+            tokens.append(hit)
+        return parts, routed
+
+    def _fill_parts(self, parts: list[Any], bridge: Bridge | None = None) -> Any:
+        """A step: each primary's part of a get_many's fills (``fill_keys``), all sent at
+        once; each part's values or the exception that failed its round trip."""
+        store = self._store
+        if bridge is not None:
+            return self._afill_parts(parts, bridge)
+        if len(parts) > 1:
+            return store.fill_fanout([(node, names, tokens) for node, (_, names, tokens) in parts])
+        ((node, (_, names, tokens)),) = parts
         try:
-            replies = yield self._inner.pipeline, (commands,)
-        except BaseException:
-            for _, key, token, _ in fills:
-                self._store.cancel(key, token)
-            raise
-        if fills:
-            self._follow()
-        for i, key, token, at in fills:
-            found[i] = data = replies[at]
-            self._store.install(key, token, data, replies[at + 1])
-        for i, at in plain:
-            found[i] = replies[at]
-        return found
+            return [store.fill_keys(node, names, tokens)]
+        except CacheError as exc:
+            return [exc]
+
+    async def _afill_parts(self, parts: list[Any], bridge: Bridge) -> list[Any]:
+        store = self._store
+        pending = [
+            store.fill_keys(node, names, tokens, bridge) for node, (_, names, tokens) in parts
+        ]
+        together(pending)
+        outcomes: list[Any] = []
+        for waiting in pending:
+            try:
+                outcomes.append(await waiting)
+            except CacheError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     # -- writes (and has_key) ----------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 //! The near cache: values of hot keys kept in this process, coherent through the server's
 //! client tracking. `store.rs` holds the bytes, `tracking.rs` the connections that invalidate
-//! them and the liveness gate, `write.rs` own writes sent through them, `py.rs` the Python surface (the cache's hooks are in
+//! them and the liveness gate, `write.rs` own writes sent through them, `fill.rs` the one fill protocol, `py.rs` the Python surface (the cache's hooks are in
 //! `redoxide/near.py`).
 
+mod fill;
 mod py;
 mod store;
 mod tracking;

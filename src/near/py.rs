@@ -9,10 +9,9 @@ use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
-use redis::{Pipeline, Value};
-
 use crate::bridge::Bridge;
 use crate::errors::guard;
+use crate::near::fill::{self, FillKey};
 use crate::near::store::{Flush, Got, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
 use crate::near::write;
@@ -84,66 +83,25 @@ fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
-/// A fill's one round trip: the value and its PTTL.
-fn fill_request(key: &[u8]) -> Request {
-    let mut pipe = Pipeline::with_capacity(2);
-    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
-    Request::Pipe(pipe)
-}
-
-/// The end of every fill (one server's, a router's): install the reply (GET, PTTL) if its
-/// token survived and the server that answered (`source`) is tracked; return the value (or
-/// raise the error the GET met). A failed round trip cancels the token.
-fn finish_fill(
-    py: Python<'_>,
-    near: &Near,
-    key: &[u8],
-    token: Token,
-    source: &str,
-    reply: Result<Value, crate::errors::Error>,
-) -> PyResult<Py<PyAny>> {
-    let (data, pttl) = match reply {
-        Ok(Value::Array(mut items)) if items.len() == 2 => {
-            let pttl = items.pop();
-            (items.pop(), pttl)
-        }
-        Ok(other) => (Some(other), None),
-        Err(err) => {
-            near.store.cancel(key, token);
-            return Err(err.into());
-        }
-    };
-    match (data, pttl) {
-        (Some(Value::BulkString(value)), Some(Value::Int(pttl))) => {
-            if near.tracks_source(source) {
-                near.store.install(key, token, &value, pttl);
-            } else {
-                near.store.cancel(key, token);
-            }
-            Ok(PyBytes::new(py, &value).into_any().unbind())
-        }
-        (data, _) => {
-            near.store.cancel(key, token);
-            reply::to_py(py, data.unwrap_or(Value::Nil))
-        }
+/// The keys of a fill (str or bytes) paired with their tokens (int, or None: not kept here).
+fn fill_keys_of(keys: &Bound<'_, PyAny>, tokens: &Bound<'_, PyAny>) -> PyResult<Vec<FillKey>> {
+    let mut out = Vec::new();
+    let mut tokens = tokens.try_iter()?;
+    for key in keys.try_iter()? {
+        let key = key?;
+        let Some(bytes) = key_bytes(&key) else {
+            return Err(PyValueError::new_err("a fill's key must be str or bytes"));
+        };
+        let token = match tokens.next() {
+            Some(token) => token?.extract::<Option<u64>>()?.map(Token),
+            None => return Err(PyValueError::new_err("a fill needs a token (or None) per key")),
+        };
+        out.push((Box::from(bytes), token));
     }
-}
-
-/// An async fill's token, cancelled if its awaitable is dropped before the reply is used.
-struct FillGuard {
-    near: Arc<Near>,
-    key: Box<[u8]>,
-    token: Token,
-    source: Arc<str>,
-    done: bool,
-}
-
-impl Drop for FillGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            self.near.store.cancel(&self.key, self.token);
-        }
+    if tokens.next().is_some() {
+        return Err(PyValueError::new_err("a fill needs a token (or None) per key"));
     }
+    Ok(out)
 }
 
 /// What a lookup found.
@@ -213,42 +171,6 @@ impl NearCache {
             Found::Hit(value) => Some(value.into_any().unbind()),
             Found::Miss(Token(t)) => Some(t.into_pyobject(py)?.into_any().unbind()),
         })
-    }
-
-    /// A sync fill: GET and PTTL in one round trip to `client` (GIL released), installed as
-    /// `finish_fill` says; the value.
-    fn fill_sync(
-        &self,
-        py: Python<'_>,
-        client: &Client,
-        key: &[u8],
-        token: Token,
-    ) -> PyResult<Py<PyAny>> {
-        let reply = client.call_sync(py, &fill_request(key));
-        finish_fill(py, &self.near, key, token, client.addr(), reply)
-    }
-
-    /// An async fill: the awaitable of GET and PTTL on `client`, installed (as `finish_fill`
-    /// says) when it is converted. Its guard cancels the token if the request cannot be sent
-    /// or the awaitable is dropped unawaited.
-    fn fill_async(
-        &self,
-        py: Python<'_>,
-        client: &Client,
-        key: &[u8],
-        token: Token,
-        bridge: Py<Bridge>,
-    ) -> PyResult<Py<PyAny>> {
-        let source = Arc::clone(client.addr());
-        let guard =
-            FillGuard { near: Arc::clone(&self.near), key: key.into(), token, source, done: false };
-        let finish: crate::bridge::Finish = Box::new(move |py: Python<'_>, reply: Value| {
-            let mut guard = guard;
-            guard.done = true;
-            finish_fill(py, &guard.near, &guard.key, guard.token, &guard.source, Ok(reply))
-        });
-        let pending = client.run_async(py, bridge, fill_request(key), reply::to_py)?;
-        Ok(Py::new(py, pending.with_finish(finish))?.into_any())
     }
 
     /// Send a write through the tracking connection: its converted reply (sync) or its
@@ -352,7 +274,9 @@ impl NearCache {
             let client = client.get();
             match self.find_waiting(py, key.as_bytes(), true)? {
                 Found::Hit(value) => Ok(value.into_any().unbind()),
-                Found::Miss(token) => self.fill_sync(py, client, key.as_bytes(), token),
+                Found::Miss(token) => {
+                    fill::fill_key(py, &self.near, client, key.as_bytes(), token, None)
+                }
                 Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
                 Found::NotKept => {
                     let mut cmd = redis::cmd("GET");
@@ -376,12 +300,43 @@ impl NearCache {
         token: u64,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
+        guard(|| fill::fill_key(py, &self.near, client.get(), key.as_bytes(), Token(token), bridge))
+    }
+
+    /// get_many's misses on `client`, the server that owns them now: GET of each key, and
+    /// PTTL of each one with a fill token (`tokens[i]`, None for a key not kept here), in one
+    /// round trip, each installed as `fill` says. The values in order (an error reply as a
+    /// `ResponseError` instance), or with `bridge` their awaitable; a failed round trip
+    /// cancels every token and raises.
+    #[pyo3(signature = (client, keys, tokens, bridge=None))]
+    fn fill_keys(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        keys: &Bound<'_, PyAny>,
+        tokens: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let client = client.get();
-            match bridge {
-                None => self.fill_sync(py, client, key.as_bytes(), Token(token)),
-                Some(bridge) => self.fill_async(py, client, key.as_bytes(), Token(token), bridge),
+            let keys = fill_keys_of(keys, tokens)?;
+            fill::fill_keys(py, &self.near, client.get(), keys, bridge)
+        })
+    }
+
+    /// `fill_keys` on several servers at once, blocking: `parts` is a list of (client, keys,
+    /// tokens). Each part's outcome, in order: its values, or the exception instance that
+    /// failed its round trip (its tokens cancelled).
+    fn fill_fanout<'py>(
+        &self,
+        py: Python<'py>,
+        parts: Vec<(Bound<'py, Client>, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        guard(|| {
+            let mut keyed = Vec::with_capacity(parts.len());
+            for (client, keys, tokens) in &parts {
+                keyed.push((client.get(), fill_keys_of(keys, tokens)?));
             }
+            fill::fill_fanout(py, &self.near, &keyed)
         })
     }
 
@@ -401,7 +356,9 @@ impl NearCache {
                 Found::Hit(value) => {
                     Ok(Py::new(py, Ready { value: value.into_any().unbind() })?.into_any())
                 }
-                Found::Miss(token) => self.fill_async(py, client, key.as_bytes(), token, bridge),
+                Found::Miss(token) => {
+                    fill::fill_key(py, &self.near, client, key.as_bytes(), token, Some(bridge))
+                }
                 Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
                 Found::NotKept => {
                     let mut cmd = redis::cmd("GET");
@@ -512,19 +469,6 @@ impl NearCache {
     /// Why a server refused client tracking (empty if none did).
     fn refusal(&self) -> String {
         self.near.refusal()
-    }
-
-    /// Install a fill's reply (value None: the key is absent) unless an invalidation or a
-    /// flush killed its token; `pttl` is the key's PTTL from the same round trip.
-    fn install(&self, key: &Bound<'_, PyAny>, token: u64, value: Option<&[u8]>, pttl: i64) -> bool {
-        let Some(key) = key_bytes(key) else { return false };
-        match value {
-            Some(value) => self.near.store.install(key, Token(token), value, pttl),
-            None => {
-                self.near.store.cancel(key, Token(token));
-                false
-            }
-        }
     }
 
     /// Forget a fill whose request failed.

@@ -3,11 +3,13 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
+use redis::Pipeline;
 
 use crate::codec::{lz4, zstd};
 use crate::errors::{guard, Error, Result};
 use crate::proto::command::pipeline_from;
 use crate::proto::reply;
+use crate::proto::Reply;
 use crate::py::client::Client;
 use crate::slots::slot;
 use crate::stats::Meter;
@@ -196,29 +198,39 @@ pub fn fanout<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     guard(|| {
         let mut parts = Vec::with_capacity(calls.len());
-        let mut meters = Vec::with_capacity(calls.len());
         for (client, commands) in &calls {
-            let client = client.get();
-            let pipe = pipeline_from(commands)?;
-            meters.push((Meter::start_pipe(&pipe), &client.stats));
-            parts.push(Call { id: client.id, transport: &client.transport, pipe });
+            parts.push((client.get(), pipeline_from(commands)?));
         }
-        let outcomes = py.detach(|| {
-            let outcomes = fanout_sync(&parts);
-            for ((meter, stats), outcome) in meters.iter().zip(&outcomes) {
-                if let Some(meter) = meter {
-                    meter.record(stats, outcome);
-                }
-            }
-            outcomes
-        });
         let out = PyList::empty(py);
-        for outcome in outcomes {
+        for outcome in fanout_metered(py, parts) {
             match outcome {
                 Ok(reply) => out.append(reply::to_py_results(py, reply)?)?,
                 Err(err) => out.append(PyErr::from(err).into_value(py))?,
             }
         }
         Ok(out)
+    })
+}
+
+/// One pipeline per client, all at once (see `fanout`), the GIL released and each part
+/// counted in its client's stats; each part's outcome, in order.
+pub(crate) fn fanout_metered(
+    py: Python<'_>,
+    parts: Vec<(&Client, Pipeline)>,
+) -> Vec<Result<Reply>> {
+    let mut meters = Vec::with_capacity(parts.len());
+    let mut calls = Vec::with_capacity(parts.len());
+    for (client, pipe) in parts {
+        meters.push((Meter::start_pipe(&pipe), &client.stats));
+        calls.push(Call { id: client.id, transport: &client.transport, pipe });
+    }
+    py.detach(|| {
+        let outcomes = fanout_sync(&calls);
+        for ((meter, stats), outcome) in meters.iter().zip(&outcomes) {
+            if let Some(meter) = meter {
+                meter.record(stats, outcome);
+            }
+        }
+        outcomes
     })
 }

@@ -1,7 +1,9 @@
 """The one fill protocol (NearCache.fill, in the core): a miss's token, GET and PTTL in one
 round trip to the server that owns the key, installed only if the token survived and that
 server is one the near cache tracks. One server's get runs it inside the core; a router's get
-runs it on the primary its topology names (``owner``)."""
+runs it on the primary its topology names (``owner``). get_many runs the same protocol for
+many keys (``fill_keys``: one round trip per owning primary, ``fill_fanout`` for several at
+once), and reads through the router what a fill could not place."""
 
 from __future__ import annotations
 
@@ -13,8 +15,42 @@ import pytest
 import redis
 from redoxide import _redoxide
 from redoxide._protocols import owner
-from support.near import serving
+from redoxide.exceptions import ConnectionInterrupted, RedirectError
+from support.near import near_options, serving, stop_tracking
 from support.servers import RedisServer
+
+
+def _run(mode: str, sync: Callable[[], Any], awaited: Callable[[Any], Any]) -> Any:
+    """sync() in sync mode; else awaited(bridge) awaited on an event loop."""
+    if mode == "sync":
+        return sync()
+
+    async def main() -> Any:
+        from redoxide._bridges import bridge
+
+        return await awaited(bridge())
+
+    return asyncio.run(main())
+
+
+def _router_cache(topology: str, request: pytest.FixtureRequest, prefix: str) -> Any:
+    from support.backend import build_cache, topology_settings
+
+    settings = topology_settings(topology, request)
+    options = {**settings.get("OPTIONS", {}), "NEAR_CACHE": near_options()}
+    if topology == "replicas":
+        options["READ_FROM_REPLICAS"] = True  # reads go to replicas; fills still to the primary
+    return build_cache(settings["LOCATION"], {"KEY_PREFIX": prefix, "OPTIONS": options})
+
+
+def _commandstat(node: Any, command: str) -> int:
+    host, _, port = node.address.rpartition(":")
+    server = redis.Redis(host=host.strip("[]"), port=int(port))
+    try:
+        stats = server.info("commandstats").get(f"cmdstat_{command}", {})
+        return int(stats.get("calls", 0))
+    finally:
+        server.close()
 
 
 def test_a_fill_answered_by_a_server_not_tracked_is_not_installed(
@@ -87,5 +123,134 @@ def test_a_router_fills_from_the_primary_its_topology_names(
         assert near.get("cfg:o") == 5
         assert near.near_cache_stats()["hits"] > before["hits"]
         server.close()
+    finally:
+        stop_tracking(near)
+
+
+def test_fill_keys_installs_only_what_a_tracked_server_answered(
+    make_near: Callable[..., Any], writer: Any, mode: str
+) -> None:
+    cache = make_near()
+    serving(cache)
+    store = cache._client._store
+    keys = [cache.make_and_validate_key(k) for k in ("cfg:a", "cfg:b", "other:c")]
+    for key in keys:
+        writer.set(key, key.encode())
+
+    def fill(client: Any) -> Any:
+        tokens = [store.lookup(k) for k in keys]
+        assert [type(t) for t in tokens] == [int, int, type(None)]  # other: is not kept
+        return _run(
+            mode,
+            lambda: store.fill_keys(client, keys, tokens),
+            lambda bridge: store.fill_keys(client, keys, tokens, bridge),
+        )
+
+    with RedisServer() as other:
+        elsewhere = _redoxide.Client(other.url, connect_timeout=1.0, response_timeout=2.0)
+        before = cache.near_cache_stats()
+        assert fill(elsewhere) == [None, None, None]  # that server's (empty) answer
+        after = cache.near_cache_stats()
+        assert after["installs"] == before["installs"]
+        assert after["fills_in_flight"] == before["fills_in_flight"]  # tokens cancelled
+    assert fill(cache._client._inner) == [k.encode() for k in keys]
+    assert cache.near_cache_stats()["installs"] == before["installs"] + 2
+    assert [type(store.lookup(k)) for k in keys] == [bytes, bytes, type(None)]
+
+
+def test_fill_fanout_reports_a_failed_part_and_cancels_only_its_tokens(
+    make_near: Callable[..., Any], writer: Any
+) -> None:
+    cache = make_near()
+    serving(cache)
+    store = cache._client._store
+    live, dead = (cache.make_and_validate_key(k) for k in ("cfg:live", "cfg:dead"))
+    writer.set(live, b"1")
+    with RedisServer() as gone:
+        url = gone.url
+    nowhere = _redoxide.Client(url, connect_timeout=1.0, response_timeout=1.0)
+    before = cache.near_cache_stats()
+    tokens = [store.lookup(live), store.lookup(dead)]
+    assert cache.near_cache_stats()["fills_in_flight"] == before["fills_in_flight"] + 2
+    here = cache._client._inner
+    outcomes = store.fill_fanout([(here, [live], [tokens[0]]), (nowhere, [dead], [tokens[1]])])
+    assert outcomes[0] == [b"1"]
+    assert isinstance(outcomes[1], ConnectionInterrupted)
+    stats = cache.near_cache_stats()
+    assert stats["installs"] == before["installs"] + 1
+    assert stats["fills_in_flight"] == before["fills_in_flight"]
+
+
+@pytest.mark.parametrize("topology", ["cluster", "sentinel", "replicas"])
+def test_a_routers_get_many_fills_each_key_from_its_owner(
+    topology: str, mode: str, request: pytest.FixtureRequest
+) -> None:
+    near = _router_cache(topology, request, f"many{mode}")
+    try:
+        names = [f"cfg:m{i}" for i in range(12)]
+        near.set_many(dict.fromkeys(names, 7))
+        near.set("other:x", 8)
+        serving(near)
+        owners: dict[Any, int] = {}
+        for name in names:
+            node = owner(near._client, near.make_and_validate_key(name))
+            assert node in (near._client.primaries() or ())
+            owners[node] = owners.get(node, 0) + 1
+        if topology == "cluster":
+            assert len(owners) > 1  # the keys span primaries: one fill each, sent at once
+        pttls = {node: _commandstat(node, "pttl") for node in owners}
+        before = near.near_cache_stats()
+        wanted = [*names, "other:x"]
+
+        def get_many() -> Any:
+            return _run(mode, lambda: near.get_many(wanted), lambda _: near.aget_many(wanted))
+
+        assert get_many() == {**dict.fromkeys(names, 7), "other:x": 8}
+        for node, count in owners.items():
+            assert _commandstat(node, "pttl") == pttls[node] + count  # other:x had none
+        after = near.near_cache_stats()
+        assert after["installs"] == before["installs"] + len(names)
+        assert after["fills_in_flight"] == before["fills_in_flight"]
+        assert get_many() == {**dict.fromkeys(names, 7), "other:x": 8}
+        assert near.near_cache_stats()["hits"] >= after["hits"] + len(names)
+    finally:
+        stop_tracking(near)
+
+
+def test_a_fill_on_a_node_that_does_not_own_the_key_reads_through_the_router(
+    mode: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redoxide.near
+
+    near = _router_cache("cluster", request, f"moved{mode}")
+    try:
+        names = [f"cfg:w{i}" for i in range(6)]
+        near.set_many({name: i for i, name in enumerate(names)})
+        serving(near)
+        store = near._client._store
+        keys = [near.make_and_validate_key(n) for n in names]
+        nodes = near._client.primaries()
+        right = owner(near._client, keys[0])
+        wrong = next(n for n in nodes if n is not right)
+        tokens = [store.lookup(keys[0])]
+        # The protocol's answer from the wrong node: the redirect, as an instance; no install.
+        (moved,) = store.fill_keys(wrong, keys[:1], tokens)
+        assert isinstance(moved, RedirectError)
+        # A get_many whose owners are all named wrong: every key is read through the router.
+        router = near._client._inner
+        monkeypatch.setattr(
+            redoxide.near,
+            "owner",
+            lambda topology, key: next(n for n in nodes if n is not router.owner(key)),
+        )
+        before = near.near_cache_stats()
+
+        def get_many() -> Any:
+            return _run(mode, lambda: near.get_many(names), lambda _: near.aget_many(names))
+
+        assert get_many() == {name: i for i, name in enumerate(names)}
+        after = near.near_cache_stats()
+        assert after["installs"] == before["installs"]
+        assert after["fills_in_flight"] == before["fills_in_flight"]
     finally:
         stop_tracking(near)
