@@ -3,12 +3,14 @@ overhead, and the staleness of reads after another client's writes.
 
     .venv/bin/python benchmarks/near_cache_bench.py              # latency table (~1 min)
     .venv/bin/python benchmarks/near_cache_bench.py --staleness 100000
+    .venv/bin/python benchmarks/near_cache_bench.py --cluster    # the miss path on a cluster
 
 Latency: ``cache.get`` / ``await cache.aget`` of one hot key (Django key making and
 unpickling included) for 100 B, 1 KiB and 10 KiB values, per target, in rounds interleaved
-target by target; the median of the rounds, in microseconds per call, and ratios from the
-same run. Miss path: a key under a near-cached prefix that does not exist (every call goes to
-the server: the lookup, the fill's GET + PTTL), and a key outside the prefixes.
+target by target (harness.py); the median of the rounds, in microseconds per call, and
+ratios from the same run. Miss path: a key under a near-cached prefix that does not exist
+(every call goes to the server: the lookup, the fill's GET + PTTL), a key outside the
+prefixes, and get_many of ten kept keys that do not exist (ten fills in one round trip).
 
 Staleness: another client (redis-py) writes value i and, once acknowledged, this process
 reads until it sees i; the delay from the acknowledgement to the first fresh read is
@@ -19,18 +21,17 @@ violation (there must be none).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import statistics
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import harness
-from servers import RedisServer
+from servers import Cluster, RedisServer
 
 MAX_STALE_MS = 500
 SIZES = {"100B": 100, "1KiB": 1024, "10KiB": 10 * 1024}
+BATCH = 10
 
 
 def setup_django() -> None:
@@ -53,76 +54,80 @@ def targets(url: str) -> dict[str, Any]:
     }
 
 
-def time_sync(call: Callable[[], Any], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        call()
-    return (time.perf_counter() - start) / n * 1e6
-
-
-def time_async(call: Callable[[], Any], n: int) -> float:
-    async def loop() -> float:
-        await call()  # the loop's bridge is made on the first call
-        start = time.perf_counter()
-        for _ in range(n):
-            await call()
-        return (time.perf_counter() - start) / n * 1e6
-
-    return asyncio.run(loop())
-
-
 def wait_serving(cache: Any) -> None:
     deadline = time.monotonic() + 10
-    cache.get("hot:probe")
-    while not cache.near_cache_stats()["serving"]:
+    # Tracking starts on a lookup of a kept key (on a cluster, once the slots are known).
+    while cache.get("hot:probe") is not None or not cache.near_cache_stats()["serving"]:
         if time.monotonic() > deadline:
             raise RuntimeError("the near cache did not start serving")
         time.sleep(0.01)
 
 
+def _us_per_call(call: Callable[[int], Any], n: int) -> float:
+    return 1e6 / harness.per_second(call, n)
+
+
+def _awaited(method: Callable[..., Any], *args: Any) -> Callable[[int], Any]:
+    """A workload that awaits method(*args) (harness times coroutine functions on a loop)."""
+
+    async def call(i: int) -> Any:
+        return await method(*args)
+
+    return call
+
+
+def _workloads(cache: Any, name: str) -> dict[str, Callable[[int], Any]]:
+    """What one target runs, by workload name (locmem: sync hits only)."""
+    work: dict[str, Callable[[int], Any]] = {}
+    for size in SIZES:
+        work[f"hit {size} sync"] = lambda i, k=f"hot:{size}": cache.get(k)
+        if name != "locmem":
+            work[f"hit {size} async"] = _awaited(cache.aget, f"hot:{size}")
+    return work
+
+
+def _miss_workloads(cache: Any) -> dict[str, Callable[[int], Any]]:
+    """Every call goes to the server: a kept key that does not exist (lookup, the fill's GET
+    and PTTL, the token cancelled), one outside the prefixes, and get_many of ten kept keys
+    that do not exist (ten fills in one round trip)."""
+    many = [f"hot:absent{i}" for i in range(BATCH)]
+    return {
+        "miss-tracked sync": lambda i: cache.get("hot:absent"),
+        "miss-tracked async": _awaited(cache.aget, "hot:absent"),
+        "miss-untracked sync": lambda i: cache.get("cold:absent"),
+        "miss-untracked async": _awaited(cache.aget, "cold:absent"),
+        f"get_many {BATCH} misses sync": lambda i: cache.get_many(many),
+        f"get_many {BATCH} misses async": _awaited(cache.aget_many, many),
+    }
+
+
 def latency(url: str, rounds: int, n: int) -> None:
     caches = targets(url)
     wait_serving(caches["redoxide+near"])
-    rows: dict[tuple[str, str, str], list[float]] = {}
     for size_name, size in SIZES.items():
-        value = {"blob": b"x" * size}
         for cache in caches.values():
-            cache.set("hot:key", value, None)
-        for cache in caches.values():  # warm: the near cache installs on the first read
-            for _ in range(3):
-                cache.get("hot:key")
-        for _ in range(rounds):
-            for name, cache in caches.items():
-                key = ("hit", size_name, name)
-                rows.setdefault((*key, "sync"), []).append(
-                    time_sync(lambda c=cache: c.get("hot:key"), n)
-                )
-                if name != "locmem":
-                    rows.setdefault((*key, "async"), []).append(
-                        time_async(lambda c=cache: c.aget("hot:key"), n)
-                    )
-    miss_n = max(200, n // 20)
-    for _ in range(rounds):
-        for name in ("redoxide", "redoxide+near"):
-            cache = caches[name]
-            for what, key in (("miss-tracked", "hot:absent"), ("miss-untracked", "cold:absent")):
-                rows.setdefault((what, "-", name, "sync"), []).append(
-                    time_sync(lambda c=cache, k=key: c.get(k), miss_n)
-                )
-                rows.setdefault((what, "-", name, "async"), []).append(
-                    time_async(lambda c=cache, k=key: c.aget(k), miss_n)
-                )
-    med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"{'case':<16}{'size':<7}{'mode':<7}{'target':<15}{'us/call':>9}  ratios (same run)")
-    for (what, size, name, mode), us in sorted(med.items()):
-        ratio = ""
-        if name == "redoxide+near":
-            base = med.get((what, size, "redoxide", mode))
-            loc = med.get((what, size, "locmem", "sync"))
-            ratio = f"x{base / us:.1f} vs redoxide" if base else ""
-            if loc and what == "hit":
-                ratio += f", {us / loc:.2f} of locmem's time"
-        print(f"{what:<16}{size:<7}{mode:<7}{name:<15}{us:>9.2f}  {ratio}")
+            cache.set(f"hot:{size_name}", {"blob": b"x" * size}, None)
+            for _ in range(3):  # warm: the near cache installs on the first read
+                cache.get(f"hot:{size_name}")
+    hits = harness.interleaved(
+        {name: _workloads(cache, name) for name, cache in caches.items()},
+        rounds,
+        n,
+        _us_per_call,
+    )
+    misses = harness.interleaved(
+        {name: _miss_workloads(caches[name]) for name in ("redoxide", "redoxide+near")},
+        rounds,
+        max(200, n // 20),
+        _us_per_call,
+    )
+    for results, reference in ((hits, "redoxide"), (misses, "redoxide")):
+        print(
+            harness.table(
+                results, reference, unit="us/call", higher_is_better=False, fmt=lambda v: f"{v:.2f}"
+            )
+        )
+        print()
     print(caches["redoxide+near"].near_cache_stats())
 
 
@@ -165,13 +170,45 @@ def staleness(url: str, port: int, rounds: int) -> None:
     print(cache.near_cache_stats())
 
 
+def cluster_misses(urls: list[str], rounds: int, n: int) -> None:
+    """The miss workloads on a cluster: get_many's ten keys span the three primaries, so a
+    near cache's fills go to each owner at once (fill_fanout, or one awaitable per owner)."""
+    from redoxide import RedisCache
+
+    near = {"PREFIXES": ["hot:"], "MAX_STALE_MS": MAX_STALE_MS}
+    options: dict[str, Any] = {"CLUSTER": True}
+    caches = {
+        "cluster": RedisCache(urls, {"KEY_PREFIX": "c", "OPTIONS": options}),
+        "cluster+near": RedisCache(
+            urls, {"KEY_PREFIX": "c", "OPTIONS": {**options, "NEAR_CACHE": near}}
+        ),
+    }
+    wait_serving(caches["cluster+near"])
+    results = harness.interleaved(
+        {name: _miss_workloads(cache) for name, cache in caches.items()},
+        rounds,
+        max(200, n // 20),
+        _us_per_call,
+    )
+    print(
+        harness.table(
+            results, "cluster", unit="us/call", higher_is_better=False, fmt=lambda v: f"{v:.2f}"
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--ops", type=int, default=20000)
     parser.add_argument("--staleness", type=int, default=0, metavar="ROUNDS")
+    parser.add_argument("--cluster", action="store_true", help="the miss path on a cluster")
     args = parser.parse_args()
     setup_django()
+    if args.cluster:
+        with Cluster() as cluster:
+            cluster_misses(cluster.urls[:1], args.rounds, args.ops)
+        return
     with RedisServer() as server:
         if args.staleness:
             staleness(server.url, server.port, args.staleness)
