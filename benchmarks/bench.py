@@ -27,19 +27,16 @@ import importlib.metadata
 import json
 import os
 import pickle
-import platform
 import signal
-import statistics
-import struct
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import harness
 import result_files
 from servers import RedisServer, redis_benchmark, redis_benchmark_version, redis_server_version
 
@@ -187,15 +184,11 @@ class Stats:
     def as_json(self) -> dict[str, Any]:
         return {
             "ops": self.ops,
-            "median_ops_s": median(self.ops_s),
-            "median_cpu_us_per_op": median(self.cpu_us),
+            "median_ops_s": harness.median(self.ops_s),
+            "median_cpu_us_per_op": harness.median(self.cpu_us),
             "runs_ops_s": [round(x, 1) for x in self.ops_s],
             "runs_cpu_us_per_op": [round(x, 2) for x in self.cpu_us],
         }
-
-
-def median(xs: Sequence[float]) -> float | None:
-    return round(statistics.median(xs), 2) if xs else None
 
 
 # --- workload -------------------------------------------------------------------------
@@ -221,28 +214,6 @@ def phase_calls(phase: str, n: int) -> tuple[str, list[tuple[Any, ...]]]:
     if phase == "delete":
         return "delete", [(k,) for k in hits]
     raise ValueError(phase)
-
-
-def run_sync(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> None:
-    for args in calls:
-        fn(*args)
-
-
-async def run_serial(fn: Callable[..., Awaitable[Any]], calls: list[tuple[Any, ...]]) -> None:
-    for args in calls:
-        await fn(*args)
-
-
-async def run_concurrent(
-    fn: Callable[..., Awaitable[Any]], calls: list[tuple[Any, ...]], width: int
-) -> None:
-    """Keep `width` calls in flight: `width` tasks, each awaiting its share in turn."""
-
-    async def worker(chunk: list[tuple[Any, ...]]) -> None:
-        for args in chunk:
-            await fn(*args)
-
-    await asyncio.gather(*(worker(calls[i::width]) for i in range(width)))
 
 
 # --- server-side observation ------------------------------------------------------------
@@ -337,7 +308,6 @@ class Bench:
 
     def load_targets(self) -> None:
         """Configure Django with one cache alias per target and build the instances."""
-        from django.conf import settings
 
         wanted = [t for t in TARGETS if t.name in self.config.targets]
         caches_setting: dict[str, dict[str, Any]] = {
@@ -359,11 +329,9 @@ class Bench:
             if target.options:
                 caches_setting[target.name]["OPTIONS"] = dict(target.options)
         # Some backends read settings at import time: configure first, import after.
-        settings.configure(CACHES=caches_setting, USE_TZ=True)
-        import django
+        harness.setup_django(CACHES=caches_setting, USE_TZ=True)
         from django.core.cache import caches
 
-        django.setup()
         for target in wanted:
             module = target.backend.rsplit(".", 1)[0]
             try:
@@ -455,10 +423,8 @@ class Bench:
         for phase in self.config.phases:
             method, calls = self.calls(phase, n)
             fn = getattr(cache, method)
-            c0, t0 = time.process_time(), time.perf_counter()
-            run_sync(fn, calls)
-            t1, c1 = time.perf_counter(), time.process_time()
-            self.record(target, "sync", phase, n, t1 - t0, c1 - c0, timed)
+            wall, cpu = harness.timed(harness.run_sync, fn, calls)
+            self.record(target, "sync", phase, n, wall, cpu, timed)
         self.end_target_run(target, "sync", received0)
 
     async def run_async_target(self, target: Target, mode: str, timed: bool) -> None:
@@ -468,13 +434,11 @@ class Bench:
         for phase in self.config.phases:
             method, calls = self.calls(phase, n)
             fn = getattr(cache, "a" + method)
-            c0, t0 = time.process_time(), time.perf_counter()
             if mode == "async-serial":
-                await run_serial(fn, calls)
+                wall, cpu = await harness.timed_async(harness.run_serial, fn, calls)
             else:
-                await run_concurrent(fn, calls, width)
-            t1, c1 = time.perf_counter(), time.process_time()
-            self.record(target, mode, phase, n, t1 - t0, c1 - c0, timed)
+                wall, cpu = await harness.timed_async(harness.run_concurrent, fn, calls, width)
+            self.record(target, mode, phase, n, wall, cpu, timed)
         self.end_target_run(target, mode, received0)
 
     # modes: warm-up round(s), then timed rounds, targets interleaved within each round
@@ -575,15 +539,15 @@ class Bench:
     # results
 
     def ceiling(self, mode: str, phase: str) -> float | None:
-        return median(self.ceiling_runs[MODE_CEILING[mode]][PHASE_CEILING[phase]])
+        return harness.median(self.ceiling_runs[MODE_CEILING[mode]][PHASE_CEILING[phase]])
 
     def ops_s(self, mode: str, target: str, phase: str) -> float | None:
         stats = self.results.get(mode, {}).get(target, {}).get(phase)
-        return median(stats.ops_s) if stats else None
+        return harness.median(stats.ops_s) if stats else None
 
     def cpu_us(self, mode: str, target: str, phase: str) -> float | None:
         stats = self.results.get(mode, {}).get(target, {}).get(phase)
-        return median(stats.cpu_us) if stats else None
+        return harness.median(stats.cpu_us) if stats else None
 
     def as_json(self, environment: dict[str, Any]) -> dict[str, Any]:
         c = self.config
@@ -620,7 +584,7 @@ class Bench:
             "mode_seconds": self.mode_seconds,
             "ceilings": {
                 label: {
-                    cmd: {"median_ops_s": median(runs), "runs_ops_s": runs}
+                    cmd: {"median_ops_s": harness.median(runs), "runs_ops_s": runs}
                     for cmd, runs in per_cmd.items()
                 }
                 for label, per_cmd in self.ceiling_runs.items()
@@ -682,33 +646,8 @@ def parser_of(target: Target, cache: Any) -> str:
 # --- environment and regime -------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def regime(name: str) -> Iterator[None]:
-    """Hold /dev/cpu_dma_latency at 0 for the busy regime; do nothing for idle."""
-    if name != "busy":
-        yield
-        return
-    fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
-    try:
-        os.write(fd, struct.pack("i", 0))
-        yield
-    finally:
-        os.close(fd)
-
-
 def environment(server_version: str) -> dict[str, Any]:
-    versions: dict[str, str | None] = {}
-    for package in PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
-    cpu = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    """The run's environment (harness.environment) with the peers' parsers and the server."""
     redis_py: dict[str, Any] = {}
     with contextlib.suppress(Exception):
         import redis.connection
@@ -727,20 +666,13 @@ def environment(server_version: str) -> dict[str, Any]:
             "libvalkey_available": bool(valkey.utils.LIBVALKEY_AVAILABLE),
             "default_parser": valkey.connection.DefaultParser.__name__,
         }
-    return {
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "versions": versions,
-        "redis_py": redis_py,
-        "valkey_py": valkey_py,
-        "redis_server": server_version,
-        "redis_benchmark": redis_benchmark_version(),
-    }
+    return harness.environment(
+        PACKAGES,
+        redis_py=redis_py,
+        valkey_py=valkey_py,
+        redis_server=server_version,
+        redis_benchmark=redis_benchmark_version(),
+    )
 
 
 # --- report -----------------------------------------------------------------------------
@@ -852,7 +784,7 @@ def connections_report(bench: Bench) -> list[str]:
 def report(bench: Bench) -> str:
     """Return the whole human-readable report of one regime's run."""
     ceil = {
-        label: {cmd: fmt_rate(median(runs)) for cmd, runs in per_cmd.items()}
+        label: {cmd: fmt_rate(harness.median(runs)) for cmd, runs in per_cmd.items()}
         for label, per_cmd in bench.ceiling_runs.items()
     }
     out = [
@@ -982,7 +914,7 @@ def run_regime(args: argparse.Namespace, port: int) -> None:
         flush=True,
     )
     started = time.perf_counter()
-    with regime(regime_name):
+    with harness.busy(regime_name == "busy"):
         bench = Bench(config, url, port)
         bench.run()
     env["seconds"] = round(time.perf_counter() - started, 1)

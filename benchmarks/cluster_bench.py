@@ -21,25 +21,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import statistics
-import struct
 import sys
-import time
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
-import django  # noqa: E402
-from django.conf import settings  # noqa: E402
+import harness  # noqa: E402
 
-if not settings.configured:
-    settings.configure(CACHES={}, INSTALLED_APPS=[])
-    django.setup()
+harness.setup_django()
 
 from redoxide._redoxide import key_slot  # noqa: E402
 from servers import Cluster, RedisServer  # noqa: E402
@@ -47,29 +39,10 @@ from servers import Cluster, RedisServer  # noqa: E402
 IN_FLIGHT = 50
 
 
-@contextlib.contextmanager
-def busy(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
-    try:
-        os.write(fd, struct.pack("i", 0))
-        yield
-    finally:
-        os.close(fd)
-
-
 def build(backend: str, location: Any, options: dict[str, Any] | None = None) -> Any:
     from django.utils.module_loading import import_string
 
     return import_string(backend)(location, {"OPTIONS": options or {}})
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def concurrent_rate(cache: Any, keys: list[str], ops: int) -> float:
@@ -81,10 +54,9 @@ def concurrent_rate(cache: Any, keys: list[str], ops: int) -> float:
             assert got[0] == "v", got[0]
 
         await batch()  # connect, learn the slots
-        start = time.perf_counter()
-        for _ in range(ops // IN_FLIGHT):
-            await batch()
-        return (ops // IN_FLIGHT) * IN_FLIGHT / (time.perf_counter() - start)
+        batches = ops // IN_FLIGHT
+        wall, _ = await harness.timed_async(harness.run_serial, batch, [()] * batches)
+        return batches * IN_FLIGHT / wall
 
     return asyncio.run(main())
 
@@ -106,33 +78,23 @@ def many_rates(cache: Any, keys: list[str], ops: int) -> dict[str, float]:
     """Keys per second: get_many(10 keys) against single gets, sync and async serial."""
     rounds = max(1, ops // len(keys))
 
-    def sync_many() -> None:
-        for _ in range(rounds):
-            cache.get_many(keys)
+    def sync_single(i: int) -> None:
+        for k in keys:
+            cache.get(k)
 
-    def sync_single() -> None:
-        for _ in range(rounds):
-            for k in keys:
-                cache.get(k)
+    async def async_many(i: int) -> None:
+        await cache.aget_many(keys)
 
-    async def async_many() -> None:
-        for _ in range(rounds):
-            await cache.aget_many(keys)
+    async def async_single(i: int) -> None:
+        for k in keys:
+            await cache.aget(k)
 
-    async def async_single() -> None:
-        for _ in range(rounds):
-            for k in keys:
-                await cache.aget(k)
-
-    def arun(fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-        return lambda: asyncio.run(fn())  # type: ignore[arg-type]
-
-    n = rounds * len(keys)
+    per_call = len(keys)  # keys per call of each workload
     return {
-        "sync_many": n / timed(sync_many),
-        "sync_single": n / timed(sync_single),
-        "async_many": n / timed(arun(async_many)),
-        "async_single": n / timed(arun(async_single)),
+        "sync_many": per_call * harness.per_second(lambda i: cache.get_many(keys), rounds),
+        "sync_single": per_call * harness.per_second(sync_single, rounds),
+        "async_many": per_call * harness.per_second(async_many, rounds),
+        "async_single": per_call * harness.per_second(async_single, rounds),
     }
 
 
@@ -149,7 +111,7 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
 
-    with Cluster() as cluster, RedisServer() as single, busy(args.busy):
+    with Cluster() as cluster, RedisServer() as single, harness.busy(args.busy):
         contenders = {
             "redoxide cluster": build("redoxide.RedisCache", cluster.urls[:1], {"CLUSTER": True}),
             "redoxide single node": build("redoxide.RedisCache", single.url),

@@ -21,14 +21,13 @@ import json
 import lzma
 import pickle
 import statistics
-import struct
 import sys
-import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness
 from servers import RedisServer
 
 RESULTS = Path(__file__).parent / "results"
@@ -94,10 +93,7 @@ def codecs() -> dict[str, tuple[Callable[[bytes], bytes], Callable[[bytes], byte
 
 
 def rate(fn: Callable[[], Any], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return n / (time.perf_counter() - start)
+    return harness.per_second(lambda i: fn(), n)
 
 
 def micro(rounds: int, n: int) -> dict[str, dict[str, float]]:
@@ -155,16 +151,6 @@ def serializer_micro(rounds: int, n: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-@contextlib.contextmanager
-def busy(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    with open("/dev/cpu_dma_latency", "wb", buffering=0) as f:
-        f.write(struct.pack("i", 0))
-        yield
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and calls")
@@ -174,7 +160,7 @@ def main() -> int:
     regime = "busy" if args.busy else "idle"
     sys.path.insert(0, str(Path(__file__).parent))
     comp = importlib.import_module("redoxide.compressors")
-    with busy(args.busy), RedisServer() as server:
+    with harness.busy(args.busy), RedisServer() as server:
         results: dict[str, Any] = {"regime": regime, "payload_bytes": len(PAYLOAD)}
         results["compressors"] = micro(rounds, n)
         e2e_out: dict[str, dict[str, float]] = {}

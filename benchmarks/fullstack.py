@@ -31,7 +31,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 # The one import of the shared server support (it may move: fix it here only).
+import harness
 import result_files
 from fullstack_project import PACKAGE, write_project
 from fullstack_proxy import DelayProxy, ping_rtt_ms
@@ -459,8 +459,7 @@ def run_all(run: Run) -> None:
         print(f"PING round trip (ms): {run.proxy_rtt_ms}", flush=True)
         backends = [BACKENDS[name] for name in config.backends]
         for r in range(config.rounds):
-            # Rotate the backend order each round so none always runs first.
-            order = backends[r % len(backends) :] + backends[: r % len(backends)]
+            order = harness.rotated(backends, r)  # none always runs first
             for condition in config.conditions:
                 for name in config.servers:
                     mode = SERVERS[name]
@@ -507,36 +506,17 @@ def importable(backend: Backend) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    versions = {}
-    for package in PACKAGES:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[package] = importlib.metadata.version(package)
     wrk_version = subprocess.run([WRK, "-v"], capture_output=True, text=True).stdout
-    git = ["git", "-C", str(ROOT)]
-    if shutil.which("git") is None:  # a chroot (make bench-py314) has no git: say so
-        commit = subprocess.CompletedProcess([], 0, stdout="unknown (no git)", stderr="")
-        dirty = subprocess.CompletedProcess([], 0, stdout="", stderr="")
-    else:
-        commit = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "python", "src"], capture_output=True, text=True
-        )
-    return {
-        "python": platform.python_version(),
-        # redoxide runs from this checkout (a .pth file to python/), so say which tree it was.
-        "redoxide_tree": commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout else ""),
-        "executable": sys.executable,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg_at_start": os.getloadavg(),
-        "redis_server": redis_server_version(),
-        "wrk": wrk_version.splitlines()[0] if wrk_version else "",
-        "packages": versions,
-        "servers": {name: mode.label for name, mode in SERVERS.items()},
-        "wrk_args": {"connections": CONNECTIONS, "threads": WRK_THREADS},
-    }
+    env = harness.environment(
+        PACKAGES,
+        redis_server=redis_server_version(),
+        wrk=wrk_version.splitlines()[0] if wrk_version else "",
+        servers={name: mode.label for name, mode in SERVERS.items()},
+        wrk_args={"connections": CONNECTIONS, "threads": WRK_THREADS},
+    )
+    # Earlier result files name the versions "packages", and leave out what is not installed.
+    env["packages"] = {name: v for name, v in env.pop("versions").items() if v is not None}
+    return env
 
 
 def _finite(value: Any) -> Any:

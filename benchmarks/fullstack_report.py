@@ -8,10 +8,11 @@ same condition and server mode. Ratios are redoxide / REFERENCE from the same ru
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import harness
 from fullstack_tools import CONNECTIONS, WRK_THREADS
 
 BASELINE_NAME = "(no cache)"
@@ -108,9 +109,7 @@ def fmt(x: float | None, digits: int = 0) -> str:
     return "-" if x is None or x != x else f"{x:,.{digits}f}"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+table = harness.markdown
 
 
 COLUMNS = (

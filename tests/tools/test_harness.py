@@ -78,3 +78,61 @@ def test_a_full_stack_variant_is_data_on_the_command_line() -> None:
     for bad in ("x=nope", "redoxide=redoxide", 'y=redoxide:{"bad": 1}', "z=redoxide:[1]"):
         with pytest.raises(argparse.ArgumentTypeError):
             fullstack.variant(bad)
+
+
+def test_calls_are_driven_blocking_serially_and_n_in_flight() -> None:
+    import asyncio
+
+    seen: list[tuple[Any, ...]] = []
+    calls = [(i,) for i in range(10)]
+    wall, cpu = harness.timed(harness.run_sync, lambda *a: seen.append(a), calls)
+    assert seen == calls and wall >= 0 and cpu >= 0
+
+    in_flight = 0
+    most = 0
+    gate = asyncio.Event()
+
+    async def call(i: int) -> None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        if in_flight == 3:
+            gate.set()  # the third call in flight lets every worker go on
+        await gate.wait()
+        seen.append((i,))
+        in_flight -= 1
+
+    async def main() -> tuple[float, float]:
+        return await harness.timed_async(harness.run_concurrent, call, calls, 3)
+
+    seen.clear()
+    wall, cpu = asyncio.run(main())
+    assert most == 3  # exactly the width in flight, built by the gate, not by timing
+    assert sorted(seen) == calls
+
+    seen.clear()
+
+    async def one(i: int) -> None:
+        seen.append((i,))
+
+    asyncio.run(harness.run_serial(one, calls))
+    assert seen == calls
+
+
+def test_rotation_markdown_median_and_environment() -> None:
+    assert [harness.rotated("abc", r) for r in range(4)] == [
+        list("abc"),
+        list("bca"),
+        list("cab"),
+        list("abc"),
+    ]
+    assert harness.rotated([], 3) == []
+    assert harness.markdown(["a", "b"], [["1", "2"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+    assert harness.median([3.0, 1.0, 2.0]) == 2.0
+    assert harness.median([]) is None
+    env = harness.environment(["pytest", "no-such-package-here"], extra=1)
+    assert env["versions"] == {"pytest": pytest.__version__, "no-such-package-here": None}
+    assert env["extra"] == 1
+    assert {"timestamp", "python", "platform", "cpus", "redoxide_tree"} <= set(env)
+    with harness.busy(False):  # the idle regime touches nothing
+        pass
