@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 import harness  # noqa: E402
+import result_files  # noqa: E402
 
 harness.setup_django()
 
@@ -167,8 +167,8 @@ def main() -> int:
         "connections_per_primary": per_node,
     }
     if not args.no_save:
-        out = HERE / "results" / f"cluster{'-busy' if args.busy else ''}.json"
-        out.write_text(json.dumps(data, indent=2) + "\n")
+        summary = {"aget_50_in_flight": med, "get_many_10_over_slots": mmed}
+        out = result_files.save(f"cluster{'-busy' if args.busy else ''}", data, summary)
         print(f"\nwrote {out.relative_to(HERE.parent)}")
     return 0
 

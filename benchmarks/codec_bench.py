@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import result_files
 from servers import RedisServer
 
 RESULTS = Path(__file__).parent / "results"
@@ -203,9 +204,17 @@ def main() -> int:
     print("== serializers end to end, small dict, calls/s ==")
     for name, r in ser_e2e.items():
         print(f"  {name:<20} " + "  ".join(f"{k} {v / 1000:6.1f}k" for k, v in r.items()))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"codec-{regime}{'-quick' if args.quick else ''}.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    if args.quick:  # not a result to keep: its own file, no history line
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / f"codec-{regime}-quick.json"
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    else:
+        summary = {
+            "compress_mb_s": {k: v["compress_mb_s"] for k, v in results["compressors"].items()},
+            "end_to_end_14k_get": {k: v["get"] for k, v in e2e_out.items()},
+            "serializer_round_trip": results["serializer_round_trip"],
+        }
+        out = result_files.save(f"codec-{regime}", results, summary)
     print(f"wrote {out}")
     return 0
 
