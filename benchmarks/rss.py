@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import harness
 from servers import RedisServer
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -79,15 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoint = blocks // 10
 
     with RedisServer() as server:
-        from django.conf import settings
-
-        settings.configure(
+        harness.setup_django(
             CACHES={"default": {"BACKEND": args.backend, "LOCATION": server.url, "TIMEOUT": 300}}
         )
-        import django
         from django.core.cache import caches
 
-        django.setup()
         cache = caches["default"]
         cache.set("ctr", 0)
         cache.set("actr", 0)

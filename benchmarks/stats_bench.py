@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness
+
 ROOT = Path(__file__).resolve().parent.parent
 NOSTATS = ROOT / "target" / "nostats"
 
@@ -51,40 +53,23 @@ def build() -> None:
     print(f"unpacked {wheel.name} into {NOSTATS / 'site'}")
 
 
-def _rate(calls: int, seconds: float) -> float:
-    return calls / seconds
-
-
 def child(port: int, calls: int, tracing: bool) -> dict[str, Any]:
     """Measure in this process (one build) and return the figures."""
-    import django
-    from django.conf import settings
-
-    settings.configure()
-    django.setup()
+    harness.setup_django()
     from redoxide import RedisCache, _redoxide
 
     url = f"redis://127.0.0.1:{port}/0"
     cache = RedisCache(url, {})
     cache.set("k", "a small value")
     out: dict[str, Any] = {"stats": _redoxide.STATS_ENABLED}
-    for _ in range(calls // 5):  # warm-up
-        cache.get("k")
-    start = time.perf_counter()
-    for _ in range(calls):
-        cache.get("k")
-    out["get"] = _rate(calls, time.perf_counter() - start)
+    harness.per_second(lambda i: cache.get("k"), calls // 5)  # warm-up
+    out["get"] = harness.per_second(lambda i: cache.get("k"), calls)
 
     async def in_flight() -> float:
-        async def worker(n: int) -> None:
-            for _ in range(n):
-                await cache.aget("k")
-
-        await asyncio.gather(*(worker(20) for _ in range(50)))
-        start = time.perf_counter()
-        per = max(1, calls * 2 // 50)
-        await asyncio.gather(*(worker(per) for _ in range(50)))
-        return _rate(per * 50, time.perf_counter() - start)
+        await harness.run_concurrent(cache.aget, [("k",)] * 1000, 50)  # warm-up
+        many = [("k",)] * (max(1, calls * 2 // 50) * 50)
+        wall, _ = await harness.timed_async(harness.run_concurrent, cache.aget, many, 50)
+        return len(many) / wall
 
     out["aget50"] = asyncio.run(in_flight())
     if tracing:
