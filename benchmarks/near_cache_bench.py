@@ -184,6 +184,7 @@ def cluster_misses(urls: list[str], rounds: int, n: int) -> None:
         ),
     }
     wait_serving(caches["cluster+near"])
+    caches["cluster"].get("hot:probe")  # learn the slots before timing
     results = harness.interleaved(
         {name: _miss_workloads(cache) for name, cache in caches.items()},
         rounds,

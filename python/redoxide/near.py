@@ -324,25 +324,40 @@ class NearClient(Topology):
         fill protocol, for every key at once) on the primaries that own them, one round trip
         each, all sent before any reply is read. The keys a fill could not place (no owner
         known, a slot moving, a primary gone) are read through the router, installing
-        nothing."""
+        nothing. An error carries what did answer (hits, filled keys, the router's partial
+        read) as ``partial_values``: a fail-open get_many returns those."""
         parts, routed = self._parts(keys, found)
-        if self._direct:
-            # One server: its errors are the caller's.
-            for node, (at, names, tokens) in parts.items():
-                values = yield self._store.fill_keys, (node, names, tokens)
-                for i, value in zip(at, values, strict=True):
+        try:
+            if self._direct:
+                # One server: its errors are the caller's.
+                for node, (at, names, tokens) in parts.items():
+                    values = yield self._store.fill_keys, (node, names, tokens)
+                    for i, value in zip(at, values, strict=True):
+                        if isinstance(value, BaseException):
+                            raise value
+                        found[i] = value
+                return found
+            if parts:
+                outcomes = yield self._fill_parts, (list(parts.items()),)
+                for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
+                    routed += _placed(at, outcome, found)
+            if routed:
+                routed.sort()
+                try:
+                    values = yield self._inner.mget, ([keys[i] for i in routed],)
+                except CacheError as exc:
+                    values = getattr(exc, "partial_values", None) or []
+                    if len(values) != len(routed):
+                        values = [None] * len(routed)
+                    for i, value in zip(routed, values, strict=True):
+                        found[i] = value
+                    raise
+                for i, value in zip(routed, values, strict=True):
                     found[i] = value
             return found
-        if parts:
-            outcomes = yield self._fill_parts, (list(parts.items()),)
-            for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
-                routed += _placed(at, outcome, found)
-        if routed:
-            routed.sort()
-            values = yield self._inner.mget, ([keys[i] for i in routed],)
-            for i, value in zip(routed, values, strict=True):
-                found[i] = value
-        return found
+        except CacheError as exc:
+            exc.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
+            raise
 
     def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, _Part], list[int]]:
         """The misses among `found` by the primary that owns them (positions, keys, fill
@@ -391,17 +406,33 @@ class NearClient(Topology):
 
     async def _afill_parts(self, parts: list[Any], bridge: Bridge) -> list[Any]:
         store = self._store
-        pending = [
-            store.fill_keys(node, names, tokens, bridge) for node, (_, names, tokens) in parts
-        ]
-        together(pending)
+        pending: list[Any] = []
+        for n, (node, (_, names, tokens)) in enumerate(parts):
+            try:
+                pending.append(store.fill_keys(node, names, tokens, bridge))
+            except CacheError as exc:  # not sent: its tokens are cancelled, the others go on
+                pending.append(exc)
+            except BaseException:
+                for _, (_, later, later_tokens) in parts[n + 1 :]:
+                    self._cancel(later, later_tokens)
+                raise
+        together([p for p in pending if not isinstance(p, BaseException)])
         outcomes: list[Any] = []
         for waiting in pending:
+            if isinstance(waiting, BaseException):
+                outcomes.append(waiting)
+                continue
             try:
                 outcomes.append(await waiting)
             except CacheError as exc:
                 outcomes.append(exc)
         return outcomes
+
+    def _cancel(self, keys: list[Any], tokens: list[Any]) -> None:
+        """Cancel the fill tokens of fills that will not start."""
+        for key, token in zip(keys, tokens, strict=True):
+            if token is not None:
+                self._store.cancel(key, token)
 
     # -- writes (and has_key) ----------------------------------------------------------------
 

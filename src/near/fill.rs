@@ -35,7 +35,8 @@ fn request(keys: &[FillKey]) -> Pipeline {
     pipe
 }
 
-fn cancel_all(near: &Near, keys: &[FillKey]) {
+/// Cancel every token among `keys` (a fill that failed, or never started).
+pub fn cancel_all(near: &Near, keys: &[FillKey]) {
     for (key, token) in keys {
         if let Some(token) = token {
             near.store.cancel(key, *token);

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
@@ -83,23 +83,36 @@ fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
-/// The keys of a fill (str or bytes) paired with their tokens (int, or None: not kept here).
-fn fill_keys_of(keys: &Bound<'_, PyAny>, tokens: &Bound<'_, PyAny>) -> PyResult<Vec<FillKey>> {
-    let mut out = Vec::new();
-    let mut tokens = tokens.try_iter()?;
-    for key in keys.try_iter()? {
-        let key = key?;
-        let Some(bytes) = key_bytes(&key) else {
-            return Err(PyValueError::new_err("a fill's key must be str or bytes"));
+/// The keys of a fill paired with their tokens (int, or None: not kept here). A key that is
+/// not str or bytes, or a str that cannot be encoded, raises as a command argument would, and
+/// the fill never starts: every token given is cancelled first.
+fn fill_keys_of(
+    near: &Near,
+    keys: &Bound<'_, PyAny>,
+    tokens: &Bound<'_, PyAny>,
+) -> PyResult<Vec<FillKey>> {
+    let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+    let tokens: Vec<Option<u64>> =
+        tokens.try_iter()?.map(|t| t?.extract::<Option<u64>>()).collect::<PyResult<_>>()?;
+    let mut out = Vec::with_capacity(keys.len());
+    let mut failed = (keys.len() != tokens.len())
+        .then(|| PyValueError::new_err("a fill needs a token (or None) per key"));
+    for (key, token) in keys.iter().zip(&tokens) {
+        let bytes = if let Ok(s) = key.cast::<PyString>() {
+            s.to_str().map(str::as_bytes)
+        } else if let Ok(b) = key.cast::<PyBytes>() {
+            Ok(b.as_bytes())
+        } else {
+            Err(PyTypeError::new_err("a key must be str or bytes"))
         };
-        let token = match tokens.next() {
-            Some(token) => token?.extract::<Option<u64>>()?.map(Token),
-            None => return Err(PyValueError::new_err("a fill needs a token (or None) per key")),
-        };
-        out.push((Box::from(bytes), token));
+        match bytes {
+            Ok(bytes) => out.push((Box::from(bytes), token.map(Token))),
+            Err(err) => _ = failed.get_or_insert(err),
+        }
     }
-    if tokens.next().is_some() {
-        return Err(PyValueError::new_err("a fill needs a token (or None) per key"));
+    if let Some(err) = failed {
+        fill::cancel_all(near, &out);
+        return Err(err);
     }
     Ok(out)
 }
@@ -318,7 +331,7 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let keys = fill_keys_of(keys, tokens)?;
+            let keys = fill_keys_of(&self.near, keys, tokens)?;
             fill::fill_keys(py, &self.near, client.get(), keys, bridge)
         })
     }
@@ -332,9 +345,20 @@ impl NearCache {
         parts: Vec<(Bound<'py, Client>, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
     ) -> PyResult<Bound<'py, PyList>> {
         guard(|| {
+            // Every part is read before any is sent: one that cannot be read cancels them all.
             let mut keyed = Vec::with_capacity(parts.len());
+            let mut failed = None;
             for (client, keys, tokens) in &parts {
-                keyed.push((client.get(), fill_keys_of(keys, tokens)?));
+                match fill_keys_of(&self.near, keys, tokens) {
+                    Ok(keys) => keyed.push((client.get(), keys)),
+                    Err(err) => _ = failed.get_or_insert(err),
+                }
+            }
+            if let Some(err) = failed {
+                for (_, keys) in &keyed {
+                    fill::cancel_all(&self.near, keys);
+                }
+                return Err(err);
             }
             fill::fill_fanout(py, &self.near, &keyed)
         })

@@ -254,3 +254,84 @@ def test_a_fill_on_a_node_that_does_not_own_the_key_reads_through_the_router(
         assert after["fills_in_flight"] == before["fills_in_flight"]
     finally:
         stop_tracking(near)
+
+
+def test_a_fail_open_get_many_keeps_what_answered_when_the_router_read_fails(
+    mode: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Keys a fill could not place are read through the router; when that read fails too, a
+    # fail-open get_many returns what did answer (the filled keys, the router's partial read)
+    # for every key asked, not an error about lengths.
+    import redoxide.near
+    from support.backend import build_cache
+
+    running = request.getfixturevalue("cluster")
+    options = {
+        "CLUSTER": True,
+        "SOCKET_TIMEOUT": 0.5,
+        "IGNORE_EXCEPTIONS": True,
+        "NEAR_CACHE": near_options(),
+    }
+    near = build_cache(running.urls[:2], {"KEY_PREFIX": f"open{mode}", "OPTIONS": options})
+    try:
+        serving(near)
+        by_port: dict[int, list[str]] = {}
+        for i in range(60):
+            name = f"cfg:p{i}"
+            node = owner(near._client, near.make_and_validate_key(name))
+            by_port.setdefault(int(node.address.rpartition(":")[2]), []).append(name)
+        (paused_port, (stuck, *_)), (_, (answered, *_)) = list(by_port.items())[:2]
+        near.set_many({stuck: "stuck", answered: "answered"})
+        stuck_key = near.make_and_validate_key(stuck)
+        router = near._client._inner
+        # The stuck key has no known owner, so it is read through the router; the other is
+        # filled from its owner.
+        monkeypatch.setattr(
+            redoxide.near,
+            "owner",
+            lambda topology, key: None if key == stuck_key else router.owner(key),
+        )
+        server = next(s for s in running.primaries() if s.port == paused_port)
+        server.cli("CLIENT", "PAUSE", "5000", "ALL")
+        try:
+            wanted = [answered, stuck]
+            got = _run(mode, lambda: near.get_many(wanted), lambda _: near.aget_many(wanted))
+        finally:
+            server.cli("CLIENT", "UNPAUSE")
+        assert got == {answered: "answered"}
+        assert near.near_cache_stats()["fills_in_flight"] == 0
+    finally:
+        stop_tracking(near)
+
+
+def test_an_error_reply_in_a_get_many_fill_raises_it(
+    make_near: Callable[..., Any], writer: Any, mode: str
+) -> None:
+    from redoxide.exceptions import WrongTypeError
+
+    cache = make_near(IGNORE_EXCEPTIONS=True)  # an error reply is not a miss, even so
+    serving(cache)
+    cache.set("cfg:fine", 1)
+    writer.rpush(cache.make_and_validate_key("cfg:list"), b"x")
+    wanted = ["cfg:fine", "cfg:list"]
+    with pytest.raises(WrongTypeError):
+        _run(mode, lambda: cache.get_many(wanted), lambda _: cache.aget_many(wanted))
+    assert cache.near_cache_stats()["fills_in_flight"] == 0
+
+
+def test_a_fill_whose_keys_cannot_be_sent_cancels_every_token(
+    make_near: Callable[..., Any],
+) -> None:
+    cache = make_near()
+    serving(cache)
+    store = cache._client._store
+    here = cache._client._inner
+    first, second = (cache.make_and_validate_key(k) for k in ("cfg:t1", "cfg:t2"))
+    before = cache.near_cache_stats()["fills_in_flight"]
+    tokens = [store.lookup(first), store.lookup(second)]
+    assert cache.near_cache_stats()["fills_in_flight"] == before + 2
+    with pytest.raises(UnicodeEncodeError):
+        store.fill_keys(here, [first, "\ud800"], [tokens[0], None])
+    with pytest.raises(TypeError):
+        store.fill_fanout([(here, [second], [tokens[1]]), (here, [3], [None])])
+    assert cache.near_cache_stats()["fills_in_flight"] == before
