@@ -197,6 +197,7 @@ class NearCache:
         client: Client,
         keys: Sequence[str | bytes],
         tokens: Sequence[int | None],
+        raising: bool = False,
         bridge: None = None,
     ) -> list[Any]: ...
     @overload
@@ -205,6 +206,7 @@ class NearCache:
         client: Client,
         keys: Sequence[str | bytes],
         tokens: Sequence[int | None],
+        raising: bool,
         bridge: Bridge,
     ) -> Pending: ...
     def fill_fanout(

@@ -326,17 +326,10 @@ class NearClient(Topology):
         known, a slot moving, a primary gone) are read through the router, installing
         nothing. An error carries what did answer (hits, filled keys, the router's partial
         read) as ``partial_values``: a fail-open get_many returns those."""
+        if self._direct:
+            return (yield from self._fill_here(keys, found))
         parts, routed = self._parts(keys, found)
         try:
-            if self._direct:
-                # One server: its errors are the caller's.
-                for node, (at, names, tokens) in parts.items():
-                    values = yield self._store.fill_keys, (node, names, tokens)
-                    for i, value in zip(at, values, strict=True):
-                        if isinstance(value, BaseException):
-                            raise value
-                        found[i] = value
-                return found
             if parts:
                 outcomes = yield self._fill_parts, (list(parts.items()),)
                 for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
@@ -359,6 +352,30 @@ class NearClient(Topology):
             exc.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
             raise
 
+    def _fill_here(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
+        """_fill_many on one server: every miss in one ``fill_keys`` round trip, whose errors
+        (an error reply too) are the caller's."""
+        at: list[int] = []
+        names: list[Any] = []
+        tokens: list[Any] = []
+        for i, (key, hit) in enumerate(zip(keys, found, strict=True)):
+            if type(hit) is bytes:
+                continue
+            if hit is False:
+                self._refused()
+                hit = None
+            at.append(i)
+            names.append(key)
+            tokens.append(hit)
+        try:
+            values = yield self._store.fill_keys, (self._inner, names, tokens, True)
+        except CacheError as exc:
+            exc.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
+            raise
+        for i, value in zip(at, values, strict=True):
+            found[i] = value
+        return found
+
     def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, _Part], list[int]]:
         """The misses among `found` by the primary that owns them (positions, keys, fill
         tokens: None for a key not kept, or not filled now), and the positions of the misses
@@ -378,7 +395,7 @@ class NearClient(Topology):
                 if not following:
                     self._store.cancel(key, hit)
                     hit = None
-            node = self._inner if self._direct else owner(self._inner, key)
+            node = owner(self._inner, key)
             if node is None:
                 if hit is not None:
                     self._store.cancel(key, hit)
@@ -409,7 +426,7 @@ class NearClient(Topology):
         pending: list[Any] = []
         for n, (node, (_, names, tokens)) in enumerate(parts):
             try:
-                pending.append(store.fill_keys(node, names, tokens, bridge))
+                pending.append(store.fill_keys(node, names, tokens, False, bridge))
             except CacheError as exc:  # not sent: its tokens are cancelled, the others go on
                 pending.append(exc)
             except BaseException:

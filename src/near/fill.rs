@@ -92,6 +92,11 @@ fn many(py: Python<'_>, values: Vec<Value>) -> PyResult<Py<PyAny>> {
     reply::to_py_results(py, Value::Array(values))
 }
 
+/// A get_many's fill on one server: the values in order; an error reply raises.
+fn many_raising(py: Python<'_>, values: Vec<Value>) -> PyResult<Py<PyAny>> {
+    reply::to_py(py, Value::Array(values))
+}
+
 type Convert = fn(Python<'_>, Vec<Value>) -> PyResult<Py<PyAny>>;
 
 /// A fill of `keys` on `client`, blocking (GIL released).
@@ -161,18 +166,20 @@ pub fn fill_key(
     }
 }
 
-/// A get_many's fill of `keys` on `client`: the list of values, or with `bridge` its
-/// awaitable.
+/// A get_many's fill of `keys` on `client`: the list of values (an error reply raises with
+/// `raising`, else it is an instance in the list), or with `bridge` its awaitable.
 pub fn fill_keys(
     py: Python<'_>,
     near: &Arc<Near>,
     client: &Client,
     keys: Vec<FillKey>,
+    raising: bool,
     bridge: Option<Py<Bridge>>,
 ) -> PyResult<Py<PyAny>> {
+    let convert: Convert = if raising { many_raising } else { many };
     match bridge {
-        None => sync(py, near, client, &keys, many),
-        Some(bridge) => pending(py, near, client, keys, bridge, many),
+        None => sync(py, near, client, &keys, convert),
+        Some(bridge) => pending(py, near, client, keys, bridge, convert),
     }
 }
 

@@ -318,21 +318,23 @@ impl NearCache {
 
     /// get_many's misses on `client`, the server that owns them now: GET of each key, and
     /// PTTL of each one with a fill token (`tokens[i]`, None for a key not kept here), in one
-    /// round trip, each installed as `fill` says. The values in order (an error reply as a
-    /// `ResponseError` instance), or with `bridge` their awaitable; a failed round trip
-    /// cancels every token and raises.
-    #[pyo3(signature = (client, keys, tokens, bridge=None))]
+    /// round trip, each installed as `fill` says. The values in order, or with `bridge` their
+    /// awaitable; an error reply raises with `raising` (one server: the caller's error), else
+    /// it is a `ResponseError` instance in the list (a router reads that key again). A failed
+    /// round trip cancels every token and raises.
+    #[pyo3(signature = (client, keys, tokens, raising=false, bridge=None))]
     fn fill_keys(
         &self,
         py: Python<'_>,
         client: &Bound<'_, Client>,
         keys: &Bound<'_, PyAny>,
         tokens: &Bound<'_, PyAny>,
+        raising: bool,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
             let keys = fill_keys_of(&self.near, keys, tokens)?;
-            fill::fill_keys(py, &self.near, client.get(), keys, bridge)
+            fill::fill_keys(py, &self.near, client.get(), keys, raising, bridge)
         })
     }
 

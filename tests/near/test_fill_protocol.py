@@ -143,7 +143,7 @@ def test_fill_keys_installs_only_what_a_tracked_server_answered(
         return _run(
             mode,
             lambda: store.fill_keys(client, keys, tokens),
-            lambda bridge: store.fill_keys(client, keys, tokens, bridge),
+            lambda bridge: store.fill_keys(client, keys, tokens, bridge=bridge),
         )
 
     with RedisServer() as other:
