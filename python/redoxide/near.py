@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from redoxide import _redoxide, plans
@@ -104,6 +104,12 @@ def _forget_in(clients: tuple[NearClient, ...], keys: Any) -> None:
 
 #: A primary's share of a get_many's fills: positions, keys, fill tokens.
 _Part = tuple[list[int], list[Any], list[Any]]
+
+
+def _answered(error: CacheError, found: list[Any]) -> None:
+    """Give `error` what did answer (hits, filled keys; None for the others) for every key
+    asked: a fail-open get_many returns those."""
+    error.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
 
 
 def _placed(at: list[int], outcome: Any, found: list[Any]) -> list[int]:
@@ -349,32 +355,32 @@ class NearClient(Topology):
                     found[i] = value
             return found
         except CacheError as exc:
-            exc.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
+            _answered(exc, found)
             raise
 
     def _fill_here(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
         """_fill_many on one server: every miss in one ``fill_keys`` round trip, whose errors
         (an error reply too) are the caller's."""
-        at: list[int] = []
-        names: list[Any] = []
-        tokens: list[Any] = []
+        at, names, tokens = map(list, zip(*self._misses(keys, found), strict=True))
+        try:
+            values = yield self._store.fill_keys, (self._inner, names, tokens, True)
+        except CacheError as exc:
+            _answered(exc, found)
+            raise
+        for i, value in zip(at, values, strict=True):
+            found[i] = value
+        return found
+
+    def _misses(self, keys: list[Any], found: list[Any]) -> Iterator[tuple[int, Any, Any]]:
+        """The misses among `found`: position, key, and fill token (None: not kept here, or
+        the near cache was just turned off, which is said once)."""
         for i, (key, hit) in enumerate(zip(keys, found, strict=True)):
             if type(hit) is bytes:
                 continue
             if hit is False:
                 self._refused()
                 hit = None
-            at.append(i)
-            names.append(key)
-            tokens.append(hit)
-        try:
-            values = yield self._store.fill_keys, (self._inner, names, tokens, True)
-        except CacheError as exc:
-            exc.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
-            raise
-        for i, value in zip(at, values, strict=True):
-            found[i] = value
-        return found
+            yield i, key, hit
 
     def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, _Part], list[int]]:
         """The misses among `found` by the primary that owns them (positions, keys, fill
@@ -383,13 +389,8 @@ class NearClient(Topology):
         parts: dict[Any, _Part] = {}
         routed: list[int] = []
         following: bool | None = None
-        for i, (key, hit) in enumerate(zip(keys, found, strict=True)):
-            if type(hit) is bytes:
-                continue
-            if hit is False:
-                self._refused()
-                hit = None
-            elif hit is not None:
+        for i, key, hit in self._misses(keys, found):
+            if hit is not None:
                 if following is None:
                     following = self._follow()
                 if not following:

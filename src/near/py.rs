@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 
@@ -98,14 +98,7 @@ fn fill_keys_of(
     let mut failed = (keys.len() != tokens.len())
         .then(|| PyValueError::new_err("a fill needs a token (or None) per key"));
     for (key, token) in keys.iter().zip(&tokens) {
-        let bytes = if let Ok(s) = key.cast::<PyString>() {
-            s.to_str().map(str::as_bytes)
-        } else if let Ok(b) = key.cast::<PyBytes>() {
-            Ok(b.as_bytes())
-        } else {
-            Err(PyTypeError::new_err("a key must be str or bytes"))
-        };
-        match bytes {
+        match crate::py::functions::key_bytes(key) {
             Ok(bytes) => out.push((Box::from(bytes), token.map(Token))),
             Err(err) => _ = failed.get_or_insert(err),
         }

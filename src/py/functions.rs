@@ -155,7 +155,8 @@ pub fn zstd_decompress<'py>(
     )
 }
 
-fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+/// A key's bytes: str (UTF-8) or bytes; anything else is a TypeError.
+pub(crate) fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     if let Ok(s) = key.cast::<PyString>() {
         Ok(s.to_str()?.as_bytes())
     } else if let Ok(b) = key.cast::<PyBytes>() {

@@ -94,14 +94,7 @@ def test_a_fill_answered_by_a_server_not_tracked_is_not_installed(
 def test_a_router_fills_from_the_primary_its_topology_names(
     topology: str, request: pytest.FixtureRequest
 ) -> None:
-    from support.backend import build_cache, topology_settings
-    from support.near import near_options, stop_tracking
-
-    settings = topology_settings(topology, request)
-    options = {**settings.get("OPTIONS", {}), "NEAR_CACHE": near_options()}
-    if topology == "replicas":
-        options["READ_FROM_REPLICAS"] = True  # get reads replicas; a fill still reads the primary
-    near = build_cache(settings["LOCATION"], {"KEY_PREFIX": "fills", "OPTIONS": options})
+    near = _router_cache(topology, request, "fills")
     try:
         near.set("cfg:o", 5)
         serving(near)
