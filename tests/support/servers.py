@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import socket
@@ -35,12 +36,22 @@ STOP_TIMEOUT = 10.0
 _running: set[RedisServer] = set()  # strong refs: a running server is never collected
 
 
+_claimed: set[int] = set()
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now, and that this process
+    has not handed out before. The kernel can give the same free port to two calls in a row:
+    a sentinel set picks all six ports before it starts any server, and once its third
+    sentinel was given a replica's port (it could not bind it, and the replica answered its
+    PING, so the set waited in vain for a third sentinel)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _claimed:
+            _claimed.add(port)
+            return port
 
 
 def server_version() -> str:
@@ -156,6 +167,31 @@ class RedisServer:
         raise AssertionError("unreachable")
 
     def _spawn(self) -> None:
+        """Start the process; return once it answers on its port as itself."""
+        self._proc = subprocess.Popen(
+            self._command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _running.add(self)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                log = self._read_log()
+                self._cleanup()
+                raise RuntimeError(f"{self._kind} on port {self.port} exited at start:\n{log}")
+            if self._ping() and self._answers_as_itself():
+                return
+            time.sleep(0.02)
+        log = self._read_log()
+        self.kill()
+        raise RuntimeError(f"{self._kind} on port {self.port} did not answer PING:\n{log}")
+
+    _kind = "redis-server"
+
+    def _command(self) -> list[str]:
+        """Make the working dir; return the command line that starts the server."""
         self.dir = tempfile.mkdtemp(prefix=f"redis-{self.port}-")
         args = [
             REDIS_SERVER,
@@ -164,28 +200,15 @@ class RedisServer:
             "--daemonize", "no",
             "--save", "",
             "--appendonly", "no",
+            # A primary waits 5 s for more replicas before a diskless full sync (Redis 7's
+            # default): every replica set, sentinel set and cluster here started 5 s late.
+            "--repl-diskless-sync-delay", "0",
             "--dir", self.dir,
             "--logfile", self.logfile or "",
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
-        args += self._extra_args()
-        self._proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        _running.add(self)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                log = self._read_log()
-                self._cleanup()
-                raise RuntimeError(f"redis-server on port {self.port} exited at start:\n{log}")
-            if self._ping():
-                return
-            time.sleep(0.02)
-        log = self._read_log()
-        self.kill()
-        raise RuntimeError(f"redis-server on port {self.port} did not answer PING:\n{log}")
+        return args + self._extra_args()
 
     def _extra_args(self) -> list[str]:
         """Return the arguments after the defaults (the constructor's; subclasses add more)."""
@@ -223,6 +246,28 @@ class RedisServer:
                 return True
         except OSError:
             return False
+
+    def _answers_as_itself(self) -> bool:
+        """Whether the server on this port is this object's process (INFO's process_id), not
+        another one that holds the port while this one fails to bind it."""
+        pid = str(self._proc.pid) if self._proc else ""
+        found = None
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as sock:
+                request = resp_command("INFO", "server")
+                if self.password:
+                    request = resp_command("AUTH", self.password) + request
+                sock.sendall(request)
+                data = b""
+                while found is None:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        return False
+                    data += chunk
+                    found = re.search(rb"process_id:(\d+)\r\n", data)
+        except OSError:
+            return False
+        return found.group(1).decode() == pid
 
     def _read_log(self) -> str:
         try:
@@ -331,13 +376,23 @@ def _stop_leftovers() -> None:
 READY_TIMEOUT = 30.0
 
 
-def _wait(what: str, check: Callable[[], bool], timeout: float = READY_TIMEOUT) -> None:
+def _wait(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float = READY_TIMEOUT,
+    extend: Callable[[], bool] | None = None,
+) -> None:
+    """Poll `check` until it holds, for `timeout` s. While `extend` holds (a sentinel in TILT
+    decides nothing), the deadline moves on, up to four times `timeout` in all."""
     deadline = time.monotonic() + timeout
+    hard_deadline = deadline + 3 * timeout
     last: BaseException | None = None
     while time.monotonic() < deadline:
         try:
             if check():
                 return
+            if extend is not None and extend():
+                deadline = min(max(deadline, time.monotonic() + timeout), hard_deadline)
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             last = exc
         time.sleep(0.05)
@@ -572,7 +627,9 @@ class Sentinel(RedisServer):
         self.quorum = quorum
         self.down_after_ms = down_after_ms
 
-    def _spawn(self) -> None:
+    _kind = "sentinel"
+
+    def _command(self) -> list[str]:
         # A sentinel needs a config file it can rewrite; the base class passes only flags.
         self.dir = tempfile.mkdtemp(prefix=f"sentinel-{self.port}-")
         conf = os.path.join(self.dir, "sentinel.conf")
@@ -587,26 +644,11 @@ class Sentinel(RedisServer):
                 f"sentinel failover-timeout {self.service} 3000\n"
                 f"sentinel parallel-syncs {self.service} 2\n"
             )
-        self._proc = subprocess.Popen(
-            [REDIS_SERVER, conf, "--sentinel"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _running.add(self)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                log = self._read_log()
-                self._proc = None
-                _running.discard(self)
-                shutil.rmtree(self.dir, ignore_errors=True)
-                raise RuntimeError(f"sentinel on port {self.port} exited at start:\n{log}")
-            if self._ping():
-                self._shorten_tilt()
-                return
-            time.sleep(0.02)
-        raise RuntimeError(f"sentinel on port {self.port} did not answer PING")
+        return [REDIS_SERVER, conf, "--sentinel"]
+
+    def _spawn(self) -> None:
+        super()._spawn()
+        self._shorten_tilt()
 
     def _shorten_tilt(self) -> None:
         # A sentinel whose timer stalls for 2 s (a busy CI host does that) enters TILT and takes
@@ -654,7 +696,7 @@ class SentinelSet:
             _wait("replicas in sync", self._replicas_synced)
             for sentinel in self.sentinels:
                 sentinel.start()
-            _wait("sentinels that see each other and both replicas", self._sentinels_ready)
+            self._wait_sentinels_ready()
         except BaseException:
             self.stop()
             raise
@@ -676,6 +718,37 @@ class SentinelSet:
                 return False
         return True
 
+    def _wait_sentinels_ready(self) -> None:
+        """Wait until each sentinel sees the other two and both replicas (about 2 s: they find
+        each other through the hellos they publish every 2 s). A set that is not ready fails
+        with what each sentinel sees and the end of its log."""
+        try:
+            _wait(
+                "sentinels that see each other and both replicas",
+                self._sentinels_ready,
+                extend=self._any_in_tilt,
+            )
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{self._sentinel_report()}") from None
+
+    def _any_in_tilt(self) -> bool:
+        return any(s.in_tilt() for s in self.sentinels)
+
+    def _sentinel_report(self) -> str:
+        """What each sentinel sees of the service, and the end of its log."""
+        wanted = ("num-other-sentinels", "num-slaves", "flags", "link-pending-commands")
+        lines = []
+        for sentinel in self.sentinels:
+            try:
+                info = sentinel.cli("sentinel", "master", self.service).splitlines()
+                fields = dict(zip(info[::2], info[1::2], strict=False))
+                seen = ", ".join(f"{k}={fields.get(k)}" for k in wanted)
+                seen += f", tilt={sentinel.in_tilt()}"
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                seen = f"no answer: {exc!r}"
+            lines.append(f"--- sentinel {sentinel.port}: {seen}\n{sentinel._read_log()[-2500:]}")
+        return "\n".join(lines)
+
     def current_primary_port(self) -> int:
         reply = self.sentinels[0].cli("sentinel", "get-master-addr-by-name", self.service)
         return int(reply.splitlines()[1])
@@ -686,23 +759,23 @@ class SentinelSet:
         counts time the sentinels could act, up to four times `timeout` in all. On timeout the
         assertion carries each sentinel's log, which says why (TILT, a vote that found no
         leader, no replica good enough)."""
-        deadline = time.monotonic() + timeout
-        hard_deadline = time.monotonic() + 4 * timeout
-        while True:
-            if any(s.in_tilt() for s in self.sentinels):
-                deadline = min(max(deadline, time.monotonic() + timeout), hard_deadline)
+        found: list[int] = []
+
+        def switched() -> bool:
             ports = set()
             for sentinel in self.sentinels:
                 reply = sentinel.cli("sentinel", "get-master-addr-by-name", self.service)
                 ports.add(int(reply.splitlines()[1]))
             if len(ports) == 1 and old_port not in ports:
-                return ports.pop()
-            if time.monotonic() > deadline:
-                logs = "\n".join(
-                    f"--- sentinel {s.port}:\n{s._read_log()[-2500:]}" for s in self.sentinels
-                )
-                raise AssertionError(f"sentinels did not fail over in {timeout} s:\n{logs}")
-            time.sleep(0.05)
+                found.append(ports.pop())
+            return bool(found)
+
+        try:
+            _wait("a new primary", switched, timeout, extend=self._any_in_tilt)
+        except RuntimeError:
+            report = self._sentinel_report()
+            raise AssertionError(f"sentinels did not fail over in {timeout} s:\n{report}") from None
+        return found[0]
 
     def node_for_port(self, port: int) -> RedisServer:
         return next(node for node in self.data_nodes if node.port == port)
