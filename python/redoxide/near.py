@@ -345,11 +345,11 @@ class NearClient(Topology):
                 try:
                     values = yield self._inner.mget, ([keys[i] for i in routed],)
                 except CacheError as exc:
+                    # What the router did read goes into the error's partial values too.
                     values = getattr(exc, "partial_values", None) or []
-                    if len(values) != len(routed):
-                        values = [None] * len(routed)
-                    for i, value in zip(routed, values, strict=True):
-                        found[i] = value
+                    if len(values) == len(routed):
+                        for i, value in zip(routed, values, strict=True):
+                            found[i] = value
                     raise
                 for i, value in zip(routed, values, strict=True):
                     found[i] = value

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
@@ -76,11 +76,9 @@ impl Ready {
     }
 }
 
+/// A key's bytes, or None for a key the near cache cannot hold (not str or bytes).
 fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
-    if let Ok(s) = key.cast::<PyString>() {
-        return s.to_str().ok().map(str::as_bytes);
-    }
-    key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
+    crate::py::functions::key_bytes(key).ok()
 }
 
 /// The keys of a fill paired with their tokens (int, or None: not kept here). A key that is
