@@ -200,9 +200,6 @@ class RedisServer:
             "--daemonize", "no",
             "--save", "",
             "--appendonly", "no",
-            # A primary waits 5 s for more replicas before a diskless full sync (Redis 7's
-            # default): every replica set, sentinel set and cluster here started 5 s late.
-            "--repl-diskless-sync-delay", "0",
             "--dir", self.dir,
             "--logfile", self.logfile or "",
         ]  # fmt: skip
