@@ -17,14 +17,58 @@
 # `qemu-aarch64-static -L ROOT ROOT/usr/bin/...` (see scripts/arm64_check.sh).
 #
 # SID_CACHE (default ~/.cache/redoxide/sid) keeps the package lists and the downloaded .debs.
+# SID_MIRROR names the Debian mirror; by default, the one in this host's own apt sources.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 project=$(cd "$here/.." && pwd)
 cache=${SID_CACHE:-$HOME/.cache/redoxide/sid}
-mirror=${SID_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror this host already uses (its own apt sources), unless SID_MIRROR names one.
+host_mirror() {
+    python3 - /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources <<'PY'
+import re, sys
+
+# Entries as (uri, suites, keyring) from one-line .list files and deb822 .sources files.
+entries = []
+for path in sys.argv[1:]:
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError:
+        continue
+    if path.endswith(".sources"):
+        for block in re.split(r"\n\s*\n", text):
+            fields = {}
+            for line in block.splitlines():
+                if line.startswith("#") or ":" not in line:
+                    continue
+                name, value = line.split(":", 1)
+                fields[name.strip().lower()] = value.strip()
+            if "deb" not in fields.get("types", "").split() or fields.get("enabled") == "no":
+                continue
+            for uri in fields.get("uris", "").split():
+                entries.append((uri, fields.get("suites", "").split(), fields.get("signed-by", "")))
+    else:
+        for line in text.splitlines():
+            line = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+            if len(line) >= 3 and line[0] == "deb":
+                entries.append((line[1], [line[2]], ""))
+
+def debian(entry):
+    uri, suites, keyring = entry
+    if any(s.endswith("-security") for s in suites) or "security" in uri:
+        return False
+    return uri.rstrip("/").endswith("/debian") or "debian-archive-keyring" in keyring
+
+found = [uri for uri, *_ in filter(debian, entries)]
+if not found:
+    sys.exit("sid_root: no Debian mirror in this host's apt sources; set SID_MIRROR")
+print(found[0].rstrip("/"))
+PY
+}
 
 apt_conf() {
+    local mirror
+    mirror=${SID_MIRROR:-$(host_mirror)}
     mkdir -p "$cache/lists/partial" "$cache/archives/partial" "$cache/etc/apt.conf.d" \
         "$cache/etc/preferences.d" "$cache/etc/sources.list.d"
     : >"$cache/status.empty"
