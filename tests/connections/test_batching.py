@@ -88,11 +88,16 @@ def test_commands_of_concurrent_tasks_share_writes(
     reads, commands, all_read_back = json.loads(result.stdout)
     assert all_read_back
     assert commands >= 1050
-    # One write per loop iteration carries what every task sent meanwhile: far fewer reads
-    # for the server than calls (one per call without batching; a set_many is one write;
-    # how many share one depends on how the replies come back, hence the loose bound).
     calls = 1000 if kind == "bulk" else 1050
-    assert reads < calls / 2, (reads, calls)
+    # Never more than one read per call: nothing is written in pieces.
+    assert reads <= calls, (reads, calls)
+    if host == "busy":
+        # With polling off, what the loop's tasks sent in one iteration goes out in one write
+        # when the iteration ends, by construction: 50 calls share each write, so the server
+        # reads far less often than calls are made. On an idle host a call may be written as
+        # soon as it is made, and how many share a write then depends on how fast replies come
+        # back: timing, which the full-stack benchmark measures (its redis reads/request).
+        assert reads < calls / 2, (reads, calls)
 
 
 def test_a_long_run_of_commands_in_one_iteration_is_written_before_the_loop_comes_round(
