@@ -200,6 +200,10 @@ class RedisServer:
             "--daemonize", "no",
             "--save", "",
             "--appendonly", "no",
+            # A primary waits 5 s for more replicas before a diskless full sync (Redis 7's
+            # default); none is coming here. What makes a replica usable at once is not that
+            # wait but wait_streaming() below, which every set with replicas runs.
+            "--repl-diskless-sync-delay", "0",
             "--dir", self.dir,
             "--logfile", self.logfile or "",
         ]  # fmt: skip
@@ -396,6 +400,52 @@ def _wait(
     raise RuntimeError(f"timed out waiting for {what} (last error: {last!r})")
 
 
+# A write a primary replicates without touching any key: PUBLISH is propagated to replicas
+# outside cluster mode.
+_PROBE_CHANNEL = "redoxide-fixture-probe"
+
+
+def _replica_states(primary: RedisServer) -> dict[int, str]:
+    """The primary's view of its replicas: port -> state (wait_bgsave, send_bulk, online)."""
+    states = {}
+    for name, value in primary.info("replication").items():
+        if re.fullmatch(r"slave\d+", name):
+            fields = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+            states[int(fields["port"])] = fields.get("state", "")
+    return states
+
+
+def streaming(primary: RedisServer, replicas: list[RedisServer], *, probe: bool = True) -> bool:
+    """Whether every replica is streaming from `primary`: the primary lists it online (after
+    a diskless sync a primary streams writes to a replica only once the replica's first
+    REPLCONF ACK is in, up to a second after the replica reports its link up), and after a
+    probe write (PUBLISH, which changes no key; `probe` False in cluster mode, where PUBLISH
+    is not replicated) each replica's offset reaches the primary's."""
+    states = _replica_states(primary)
+    if any(states.get(replica.port) != "online" for replica in replicas):
+        return False
+    if probe:
+        primary.cli("publish", _PROBE_CHANNEL, "probe")
+    offset = int(primary.info("replication")["master_repl_offset"])
+    for replica in replicas:
+        info = replica.info("replication")
+        if info.get("master_link_status") != "up":
+            return False
+        if int(info.get("slave_repl_offset", -1)) < offset:
+            return False
+    return True
+
+
+def wait_streaming(
+    primary: RedisServer, replicas: list[RedisServer], *, probe: bool = True
+) -> None:
+    """Wait until every replica is streaming from `primary` (see streaming())."""
+    _wait(
+        f"replicas of {primary.port} streaming",
+        lambda: streaming(primary, replicas, probe=probe),
+    )
+
+
 class ClusterNode(RedisServer):
     """A cluster-enabled RedisServer with a cluster bus port of its own.
 
@@ -487,9 +537,16 @@ class Cluster:
         return self
 
     def _replicas_synced(self) -> bool:
-        for node in self.live_nodes():
+        """Every live replica streams from its primary (see streaming(); no PUBLISH probe:
+        cluster mode does not replicate it, the offsets alone must meet)."""
+        by_port = {node.port: node for node in self.live_nodes()}
+        replicas_of: dict[int, list[RedisServer]] = {}
+        for node in by_port.values():
             info = node.info("replication")
-            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+            if info.get("role") == "slave":
+                replicas_of.setdefault(int(info.get("master_port", 0)), []).append(node)
+        for port, replicas in replicas_of.items():
+            if port not in by_port or not streaming(by_port[port], replicas, probe=False):
                 return False
         return True
 
@@ -589,14 +646,11 @@ class ReplicaSet:
             self.primary.start()
             for replica in self.replicas:
                 replica.start()
-            _wait("replicas in sync", self._replicas_synced, 20.0)
+            wait_streaming(self.primary, self.replicas)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def _replicas_synced(self) -> bool:
-        return all(r.info("replication").get("master_link_status") == "up" for r in self.replicas)
 
     def stop(self) -> None:
         for server in [*self.replicas, self.primary]:
@@ -690,7 +744,7 @@ class SentinelSet:
         try:
             for node in self.data_nodes:
                 node.start()
-            _wait("replicas in sync", self._replicas_synced)
+            wait_streaming(self.primary, self.replicas)
             for sentinel in self.sentinels:
                 sentinel.start()
             self._wait_sentinels_ready()
@@ -698,12 +752,6 @@ class SentinelSet:
             self.stop()
             raise
         return self
-
-    def _replicas_synced(self) -> bool:
-        for replica in self.replicas:
-            if replica.info("replication").get("master_link_status") != "up":
-                return False
-        return True
 
     def _sentinels_ready(self) -> bool:
         for sentinel in self.sentinels:
