@@ -181,3 +181,205 @@ def test_delete_pattern_over_100_000_keys(make: Callable[..., Any], redis_client
     assert cache.keys("doomed:*") == []
     # The issue's target is under 2 s; leave room for a loaded test machine.
     assert elapsed < 4, f"delete_pattern took {elapsed:.2f} s"
+
+
+# -- clear() under CLEAR_PREFIX_ONLY: this cache's names, every version, nothing else ------------
+
+# Keys of every awkward kind: ':' and glob metacharacters, non-ASCII, long, empty.
+AWKWARD = ["plain", "a:b:c", "1:2", "*", "[x]?\\", "é-ü-漢", "long-" * 40, ""]
+
+
+def version_first_key(key: Any, key_prefix: str, version: Any) -> str:
+    """The version in front: "VERSION:PREFIX:key"."""
+    return f"{version}:{key_prefix}:{key}"
+
+
+def int_version_key(key: Any, key_prefix: str, version: Any) -> str:
+    """The version formatted as an int (a text version raises), zero-padded."""
+    return "%s/v%04d/%s" % (key_prefix, version, key)  # noqa: UP031
+
+
+def hashed_tail_key(key: Any, key_prefix: str, version: Any) -> str:
+    """Prefix and version kept, the key hashed."""
+    import hashlib
+
+    return f"{key_prefix}:{version}:{hashlib.sha1(str(key).encode()).hexdigest()}"
+
+
+@pytest.fixture
+def caches_on(redis_server: RedisServer) -> Iterator[Callable[..., Any]]:
+    """Return use(**entries): CACHES with these aliases (KEY_PREFIX, OPTIONS... each) on the
+    session's server, emptied first; returns django.core.cache.caches."""
+    from django.core.cache import caches
+    from django.test.utils import override_settings
+
+    redis_server.flushall()
+    active: list[Any] = []
+
+    def use(**entries: dict[str, Any]) -> Any:
+        base = {"BACKEND": "redoxide.RedisCache", "LOCATION": redis_server.url}
+        override = override_settings(
+            CACHES={alias: {**base, **entry} for alias, entry in entries.items()}
+        )
+        override.enable()
+        active.append(override)
+        return caches
+
+    yield use
+    while active:
+        active.pop().disable()
+
+
+def fill_every_version(cache: Any) -> set[bytes]:
+    """Write AWKWARD keys under several versions (and a structure, a lock); return the names."""
+    for version in (None, 2, 10, 0, -3):
+        cache.set_many({key: key for key in AWKWARD}, version=version)
+    cache.incr_version("plain")  # to VERSION + 1, by the cache's own move
+    cache.lpush("list", 1)
+    with cache.lock("held", timeout=60):
+        pass
+    cache.set("kept-lock", 1)
+    return {name for name in raw_names(cache) if name}
+
+
+def raw_names(cache: Any) -> set[bytes]:
+    return set(cache.client.execute("KEYS", "*"))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_clear_prefix_only_leaves_a_cache_whose_prefix_extends_it_and_foreign_keys(
+    caches_on: Callable[..., Any], redis_client: Any, mode: str
+) -> None:
+    caches = caches_on(
+        site={"KEY_PREFIX": "site", "OPTIONS": {"CLEAR_PREFIX_ONLY": True}},
+        sessions={"KEY_PREFIX": "site:sessions"},
+    )
+    site, sessions = caches["site"], caches["sessions"]
+    sessions.set_many({"abc": 1, "1:x": 2})
+    sessions.set("v", 3, version=7)
+    theirs = raw_names(sessions)
+    # Names no cache of this shape writes: no version part, or not a number there.
+    redis_client.mset({"site:lock": b"1", "site:": b"2", "site:x:y": b"3", "site:1": b"4"})
+    ours = fill_every_version(site) - theirs - {b"site:lock", b"site:", b"site:x:y", b"site:1"}
+    assert len(ours) > 30 and all(name.startswith(b"site:") for name in ours)
+
+    done = site.clear() if mode == "sync" else asyncio.run(site.aclear())
+
+    assert done is True
+    left = raw_names(site)
+    assert left == theirs | {b"site:lock", b"site:", b"site:x:y", b"site:1"}
+    assert sessions.get_many(["abc", "1:x"]) == {"abc": 1, "1:x": 2}
+
+
+@pytest.mark.parametrize(
+    ("key_function", "lookalikes"),
+    [
+        # *:shop:* would match any name holding ":shop:".
+        (version_first_key, {b"site:1:x:shop:y", b"cart:shop:1", b"x:shop:", b"1:shop"}),
+        # The version formatted as an int: found by number, not by a text marker.
+        (int_version_key, {b"shop/lock", b"shop/vx/1", b"shop/v/1", b"shop/v1"}),
+        # The key hashed: prefix and version still say whose a name is.
+        (hashed_tail_key, {b"shop:lock", b"shop:x:1", b"shop::1"}),
+    ],
+)
+def test_clear_prefix_only_with_a_key_function_deletes_its_names_and_no_lookalike(
+    caches_on: Callable[..., Any], redis_client: Any, key_function: Any, lookalikes: set[bytes]
+) -> None:
+    caches = caches_on(
+        shop={
+            "KEY_PREFIX": "shop",
+            "KEY_FUNCTION": key_function,
+            "OPTIONS": {"CLEAR_PREFIX_ONLY": True},
+        },
+        site={"KEY_PREFIX": "site"},
+    )
+    shop, site = caches["shop"], caches["site"]
+    site.set_many({"x:shop:y": 1, "shop": 2})
+    redis_client.mset(dict.fromkeys(lookalikes - raw_names(site), b"not shop's"))
+    others = raw_names(site)
+    ours = fill_every_version(shop) - others
+    assert len(ours) > 30
+
+    assert shop.clear() is True
+
+    assert raw_names(site) == others
+    assert site.get_many(["x:shop:y", "shop"]) == {"x:shop:y": 1, "shop": 2}
+
+
+# -- the shapes, without a server ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key_function", "prefix", "glob", "theirs", "not_theirs"),
+    [
+        (None, "site", "site:*:*", [b"site:1:k", b"site:-2:", b"site:10:a:b\n\xc3\xa9"], []),
+        (None, "a*[b]", "a\\*\\[b\\]:*:*", [b"a*[b]:3:x"], [b"ab:3:x", b"a*[b]:x:3"]),
+        (version_first_key, "shop", "*:shop:*", [b"7:shop:", b"-1:shop:x:shop:y"], [b"x:shop:1"]),
+        (int_version_key, "shop", "shop/v*/*", [b"shop/v0001/k", b"shop/v-001/"], [b"shop/v/1"]),
+        (hashed_tail_key, "mine", "mine:*:*", [b"mine:2:" + b"0" * 40], [b"mine::x"]),
+    ],
+)
+def test_a_shape_takes_every_name_of_the_cache_and_no_lookalike(
+    key_function: Any, prefix: str, glob: str, theirs: list[bytes], not_theirs: list[bytes]
+) -> None:
+    from django.core.cache.backends.base import default_key_func
+    from redoxide._patterns import name_matcher
+
+    matcher = name_matcher(key_function or default_key_func, prefix, 1)
+    assert matcher is not None and matcher.glob == glob
+    assert all(matcher(name) for name in theirs)
+    assert not any(matcher(name) for name in [*not_theirs, b"lock", prefix.encode()])
+
+
+def test_a_key_function_that_hashes_the_whole_name_has_no_shape_to_clear() -> None:
+    import hashlib
+
+    from redoxide._patterns import name_matcher
+
+    def hashed(key: Any, key_prefix: str, version: Any) -> str:
+        return hashlib.sha1(f"{key_prefix}:{version}:{key}".encode()).hexdigest()
+
+    assert name_matcher(hashed, "mine", 1) is None
+
+
+def test_two_shapes_share_a_name_only_where_one_name_can_be_of_both() -> None:
+    from django.core.cache.backends.base import default_key_func
+    from redoxide._patterns import name_matcher, shared_name
+
+    def shape(prefix: str, key_function: Any = default_key_func) -> Any:
+        return name_matcher(key_function, prefix, 1)
+
+    assert shared_name(shape("site"), shape("site:1")) == "site:1:1:"
+    assert shared_name(shape("site:1"), shape("site")) == "site:1:1:"
+    assert shared_name(shape("site"), shape("site:sessions")) is None
+    assert shared_name(shape("site"), shape("sites")) is None
+    assert shared_name(shape("shop", version_first_key), shape("site")) is None
+    assert shared_name(shape("shop", version_first_key), shape("shop:x", version_first_key))
+
+
+def test_clear_prefix_only_on_a_cluster_leaves_other_caches_on_every_primary(
+    cluster: Any,
+) -> None:
+    from django.core.cache import caches
+    from django.test.utils import override_settings
+
+    cluster.flushall()
+    base = {"BACKEND": "redoxide.RedisCache", "LOCATION": cluster.urls[:1]}
+    options = {"CLUSTER": True}
+    settings = {
+        "site": {**base, "KEY_PREFIX": "site", "OPTIONS": {**options, "CLEAR_PREFIX_ONLY": True}},
+        "sessions": {**base, "KEY_PREFIX": "site:sessions", "OPTIONS": options},
+    }
+    with override_settings(CACHES=settings):
+        site, sessions = caches["site"], caches["sessions"]
+        theirs = {f"s{i}": i for i in range(40)}
+        sessions.set_many(theirs)
+        site.set_many({f"k{i}": i for i in range(40)})
+        site.set_many({f"k{i}": i for i in range(40)}, version=3)
+        site.client.execute("SET", "site:lock", 1)
+
+        assert site.clear() is True
+
+        assert site.keys("*") == [] and site.keys("*", version=3) == []
+        assert sessions.get_many(list(theirs)) == theirs
+        assert site.client.execute("GET", "site:lock") == b"1"

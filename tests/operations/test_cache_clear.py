@@ -114,3 +114,50 @@ def test_a_refused_flush_names_the_server_without_its_password(
     assert outcome.code == 2
     assert f"127.0.0.1:{auth_server.port}" in outcome.err
     assert SECRET not in outcome.err and "***" in outcome.err
+
+
+def test_prefix_only_leaves_a_cache_whose_prefix_extends_this_ones_and_foreign_names(
+    project: Use, server_cache: dict[str, Any], redis_client: Any
+) -> None:
+    project(
+        {
+            "default": {**server_cache, "KEY_PREFIX": "site"},
+            "sessions": {**server_cache, "KEY_PREFIX": "site:sessions"},
+        }
+    )
+    caches["default"].set_many({"a": 1, "b:c": 2})
+    caches["default"].set("a", 3, version=4)
+    caches["sessions"].set_many({"abc": 1, "x": 2})
+    redis_client.set("site:lock", "no version part: no cache of this shape wrote it")
+    outcome = run("cache_clear", "--prefix-only")
+    assert outcome.code == 0, outcome.err
+    left = ["site:lock", "site:sessions:1:abc", "site:sessions:1:x"]
+    assert raw_keys(redis_client) == left
+    # The same with CLEAR_PREFIX_ONLY in the settings and no flag.
+    caches["default"].set("a", 1)
+    entry = {**server_cache, "KEY_PREFIX": "site", "OPTIONS": {"CLEAR_PREFIX_ONLY": True}}
+    project({"default": entry, "sessions": {**server_cache, "KEY_PREFIX": "site:sessions"}})
+    assert run("cache_clear").code == 0
+    assert raw_keys(redis_client) == left
+
+
+def test_prefix_only_needs_yes_when_another_caches_names_are_of_its_shape(
+    project: Use, server_cache: dict[str, Any], redis_client: Any
+) -> None:
+    entry = {**server_cache, "KEY_PREFIX": "site", "OPTIONS": {"CLEAR_PREFIX_ONLY": True}}
+    project({"default": entry, "nested": {**server_cache, "KEY_PREFIX": "site:1"}})
+    caches["default"].set("a", 1)
+    caches["nested"].set("k", 2)
+    before = raw_keys(redis_client)
+    for args in (["--prefix-only"], []):
+        outcome = run("cache_clear", *args)
+        assert outcome.code == 2, args
+        assert "CACHES['nested']" in outcome.err and "--yes" in outcome.err
+        assert raw_keys(redis_client) == before
+    # "site:1"'s --pattern can take "site"'s keys ("site:1:a" is its key "a" too).
+    outcome = run("cache_clear", "nested", "--pattern", "*")
+    assert outcome.code == 2 and "CACHES['default']" in outcome.err
+    assert raw_keys(redis_client) == before
+
+    assert run("cache_clear", "--prefix-only", "--yes").code == 0
+    assert raw_keys(redis_client) == []

@@ -189,7 +189,10 @@ def test_deploy_warns_when_clear_would_flush_a_database_other_caches_use(project
     project(
         {
             "default": redoxide("redis://:pw@127.0.0.1:6379/0"),
-            "sessions": redoxide("redis://:pw@127.0.0.1:6379?db=0", CLEAR_PREFIX_ONLY=True),
+            "sessions": {
+                **redoxide("redis://:pw@127.0.0.1:6379?db=0", CLEAR_PREFIX_ONLY=True),
+                "KEY_PREFIX": "sessions",
+            },
             "legacy": {
                 "BACKEND": "django_redis.cache.RedisCache",
                 "LOCATION": "redis://127.0.0.1:6379/0",
@@ -203,6 +206,91 @@ def test_deploy_warns_when_clear_would_flush_a_database_other_caches_use(project
     assert warning.msg.startswith("CACHES['default']: shares its database with")
     assert "CACHES['legacy']" in warning.msg and "CACHES['sessions']" in warning.msg
     assert "elsewhere" not in warning.msg
+
+
+def prefixed(prefix: str, location: str = "redis://:pw@127.0.0.1:6379/0", **options: Any) -> Any:
+    return {**redoxide(location, **options), "KEY_PREFIX": prefix}
+
+
+def test_deploy_warns_when_clear_prefix_only_would_delete_another_caches_keys(
+    project: Use,
+) -> None:
+    project(
+        {
+            # "site:1:1:k" is "site:1"'s key "k" and a name of "site"'s shape (its key "1:k").
+            "site": prefixed("site", CLEAR_PREFIX_ONLY=True),
+            "nested": prefixed("site:1"),
+            "elsewhere": prefixed("site:2", "redis://:pw@127.0.0.1:6379/1"),
+        }
+    )
+    warnings = [m for m in check_deployment() if m.id == "redoxide.W006"]
+    assert [w.msg.split(":")[0] for w in warnings] == ["CACHES['site']", "CACHES['nested']"]
+    site, nested = (w.msg for w in warnings)
+    assert "clear() (CLEAR_PREFIX_ONLY) deletes CACHES['nested']'s keys" in site
+    assert "'site:1:1:'" in site and "elsewhere" not in site
+    # "site:1" clears nothing but its own shape, yet its delete_pattern() can take "site"'s.
+    assert "CACHES['site']" in nested and "delete_pattern()" in nested
+
+    outcome = run("check", "--deploy", tags=["redoxide"], fail_level="WARNING")
+    assert outcome.code == 1 and "redoxide.W006" in outcome.err
+
+
+SHOP = {**prefixed("shop", CLEAR_PREFIX_ONLY=True), "KEY_FUNCTION": f"{__name__}.version_first"}
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "nested"),
+    [
+        (prefixed("site", CLEAR_PREFIX_ONLY=True), prefixed("site:sessions"), prefixed("site:1")),
+        (prefixed("site", CLEAR_PREFIX_ONLY=True), prefixed("sites"), prefixed("site:-2")),
+        # A version-first KEY_FUNCTION beside Django's layout: "*:shop:*" no longer.
+        (SHOP, prefixed("site"), {**SHOP, "KEY_PREFIX": "shop:x"}),
+        # django-redis' names under another KEY_PREFIX.
+        (
+            prefixed("site", CLEAR_PREFIX_ONLY=True),
+            {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379/0",
+                "KEY_PREFIX": "site:legacy",
+            },
+            {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379/0",
+                "KEY_PREFIX": "site:7",
+            },
+        ),
+    ],
+)
+def test_deploy_names_only_the_caches_whose_names_clear_would_take(
+    project: Use, mine: dict[str, Any], theirs: dict[str, Any], nested: dict[str, Any]
+) -> None:
+    project({"mine": mine, "theirs": theirs, "nested": nested})
+    warned = [m.msg for m in check_deployment() if m.id == "redoxide.W006"]
+    about_mine = [msg for msg in warned if msg.startswith("CACHES['mine']")]
+    assert len(about_mine) == 1 and "CACHES['nested']" in about_mine[0]
+    assert not any("CACHES['theirs']" in msg for msg in warned)
+
+
+def test_deploy_warns_when_a_cache_of_the_same_names_is_beside_one_that_clears_its_own(
+    project: Use,
+) -> None:
+    project(
+        {
+            "mine": prefixed("app", CLEAR_PREFIX_ONLY=True),
+            "legacy": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379",
+                "KEY_PREFIX": "app",
+            },
+        }
+    )
+    [warning] = [m for m in check_deployment() if m.id == "redoxide.W006"]
+    assert warning.msg.startswith("CACHES['mine']: its clear() (CLEAR_PREFIX_ONLY) deletes ")
+    assert "CACHES['legacy']" in warning.msg
+
+
+def version_first(key: Any, key_prefix: str, version: Any) -> str:
+    return f"{version}:{key_prefix}:{key}"
 
 
 def test_deployment_warnings_need_deploy(project: Use) -> None:
