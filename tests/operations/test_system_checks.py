@@ -387,3 +387,39 @@ def test_programs_ask_for_the_connectivity_check_with_a_context_manager(project:
     with connectivity_asked():
         assert ids(run_checks(tags=["redoxide_connectivity"])) == ["redoxide.E010"]
     assert run_checks(tags=["redoxide_connectivity"]) == []
+
+
+def hashed_everything(key: Any, key_prefix: str, version: Any) -> str:
+    import hashlib
+
+    return hashlib.sha1(f"{key_prefix}:{version}:{key}".encode()).hexdigest()
+
+
+def int_version(key: Any, key_prefix: str, version: Any) -> str:
+    return "%s/v%04d/%s" % (key_prefix, version, key)  # noqa: UP031
+
+
+def test_a_key_functions_shape_is_learnt_for_e005_and_w006(project: Use) -> None:
+    here = __name__
+    project(
+        {
+            # No name says whose it is: clear() refuses (E005), nothing to compare (no W006).
+            "opaque": {
+                **prefixed("o", CLEAR_PREFIX_ONLY=True),
+                "KEY_FUNCTION": f"{here}.hashed_everything",
+            },
+            # The version formatted as an int: learnt by number, "shop/v{version}/{key}".
+            "shop": {
+                **prefixed("shop", CLEAR_PREFIX_ONLY=True),
+                "KEY_FUNCTION": f"{here}.int_version",
+            },
+            "lookalike": {**prefixed("shop/v1"), "KEY_FUNCTION": f"{here}.int_version"},
+        }
+    )
+    [error] = check_configuration()
+    assert error.id == "redoxide.E005" and error.msg.startswith("CACHES['opaque']")
+    warned = [m.msg for m in check_deployment() if m.id == "redoxide.W006"]
+    about_shop = [msg for msg in warned if msg.startswith("CACHES['shop']")]
+    assert len(about_shop) == 1 and "CACHES['lookalike']" in about_shop[0]
+    assert "shop/v{version}/{key}" in about_shop[0]
+    assert not any(msg.startswith("CACHES['opaque']") for msg in warned)
