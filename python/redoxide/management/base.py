@@ -7,7 +7,7 @@ an empty answer. The cache shares the site's process-wide connections as any oth
 
 Exit status: 0 done; 1 a server failed (unreachable, timed out, an error reply), or some node
 did not answer; 2 nothing was done (no such alias, not a redoxide cache, settings it refuses,
-a FLUSHDB without ``--yes``).
+a FLUSHDB, or a delete that may take another cache's keys, without ``--yes``).
 """
 
 from __future__ import annotations
