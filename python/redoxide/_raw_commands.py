@@ -10,11 +10,23 @@ against redis-py's for the same call on the same server.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from redoxide._protocols import Arg
-from redoxide._zsets import limit_args, zadd_flags
+from redoxide._raw_args import (
+    Expiry,
+    Moment,
+    check_one,
+    expire_flags,
+    expiry,
+    list_or_args,
+    milliseconds,
+    seconds,
+    unix,
+    unix_ms,
+)
+from redoxide.exceptions import DataError
 
 __all__ = ["Commands", "Convert", "Key", "as_is", "lpos_options", "scan_command"]
 
@@ -42,26 +54,47 @@ def _float_or_none(reply: Any) -> float | None:
     return None if reply is None else float(reply)
 
 
-def _seconds(value: int | datetime.timedelta) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds())
-    return value
+def _cast(cast: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A score_cast_func as redis-py applies it: a score it cannot read as it is (an int cast
+    of b"2.5" or b"1e+18") is read through float first."""
+    if cast is float:
+        return cast
 
+    def cast_score(score: Any) -> Any:
+        try:
+            return cast(score)
+        except (ValueError, TypeError):
+            return cast(float(score))
 
-def _ms(value: int | datetime.timedelta) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    return value
+    return cast_score
 
 
 def _scores(cast: Callable[[Any], Any]) -> Convert:
     """ZRANGE ... WITHSCORES: the flat reply as (member, score) pairs."""
+    cast = _cast(cast)
 
     def convert(reply: Any) -> list[tuple[Any, Any]]:
         items = iter(reply)
         return [(member, cast(score)) for member, score in zip(items, items, strict=True)]
 
     return convert
+
+
+def _rank_score(cast: Callable[[Any], Any]) -> Convert:
+    """ZRANK ... WITHSCORE: [rank, score], or None for a missing member."""
+    cast = _cast(cast)
+    return lambda reply: [reply[0], cast(reply[1])] if reply else reply
+
+
+def _scan(reply: Any) -> tuple[int, list[Any]]:
+    return int(reply[0]), reply[1]
+
+
+def _limit(offset: int | None, num: int | None, names: str) -> tuple[Arg, ...]:
+    """LIMIT offset num, both or neither (as redis-py insists)."""
+    if (offset is None) != (num is None):
+        raise DataError(f"{names} must both be specified")
+    return () if offset is None or num is None else ("LIMIT", offset, num)
 
 
 def scan_command(cursor: Any, match: Key | None, count: int | None, _type: str | None) -> Any:
@@ -136,12 +169,6 @@ def parse_info(reply: Any) -> dict[str, Any]:
     return info
 
 
-def _unix(when: int | datetime.datetime) -> int:
-    if isinstance(when, datetime.datetime):
-        return int(when.timestamp())
-    return when
-
-
 def lpos_options(rank: int | None, count: int | None, maxlen: int | None) -> tuple[Any, ...]:
     """LPOS's RANK, COUNT and MAXLEN, those given."""
     given = (("RANK", rank), ("COUNT", count), ("MAXLEN", maxlen))
@@ -158,6 +185,10 @@ class Commands(Generic[R]):
     def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> R:
         raise NotImplementedError
 
+    def _answer(self, reply: Any) -> R:
+        """Answer without sending anything (redis-py's reply to mget() of no keys)."""
+        raise NotImplementedError
+
     def execute_command(self, *args: Arg) -> R:
         """Send any command; return its reply unconverted (bytes, int, list, None, True)."""
         return self._send(args)
@@ -169,25 +200,50 @@ class Commands(Generic[R]):
         self,
         name: Key,
         value: Arg,
-        ex: int | datetime.timedelta | None = None,
-        px: int | datetime.timedelta | None = None,
+        ex: Expiry | None = None,
+        px: Expiry | None = None,
         nx: bool = False,
         xx: bool = False,
         keepttl: bool = False,
+        get: bool = False,
+        exat: Moment | None = None,
+        pxat: Moment | None = None,
+        ifeq: Key | None = None,
+        ifne: Key | None = None,
+        ifdeq: str | None = None,
+        ifdne: str | None = None,
     ) -> R:
-        """SET: True when stored, None when nx / xx prevented it (redis-py's replies)."""
+        """SET: True when stored, None when a condition (nx, xx, ifeq...) prevented it; with
+        get, the value it replaced (None when there was none), as redis-py replies. IFEQ,
+        IFNE, IFDEQ and IFDNE need a server that has them (Redis 8.4, Valkey 8.1 for IFEQ)."""
+        check_one(
+            "``ex``, ``px``, ``exat``, ``pxat``, and ``keepttl`` are mutually exclusive.",
+            ex is not None,
+            px is not None,
+            exat is not None,
+            pxat is not None,
+            keepttl,
+        )
+        conditions = (("IFEQ", ifeq), ("IFNE", ifne), ("IFDEQ", ifdeq), ("IFDNE", ifdne))
+        check_one(
+            "``nx``, ``xx``, ``ifeq``, ``ifne``, ``ifdeq``, ``ifdne`` are mutually exclusive.",
+            nx,
+            xx,
+            *(given is not None for _, given in conditions),
+        )
         command: tuple[Arg, ...] = ("SET", name, value)
-        if ex is not None:
-            command += ("EX", _seconds(ex))
-        if px is not None:
-            command += ("PX", _ms(px))
         if nx:
             command += ("NX",)
-        if xx:
+        elif xx:
             command += ("XX",)
+        else:
+            command += next(((word, given) for word, given in conditions if given is not None), ())
+        if get:
+            command += ("GET",)
+        command += expiry(ex, px, exat, pxat)
         if keepttl:
             command += ("KEEPTTL",)
-        return self._send(command, _ok)
+        return self._send(command, as_is if get else _ok)
 
     def delete(self, *names: Key) -> R:
         return self._send(("DEL", *names))
@@ -195,8 +251,18 @@ class Commands(Generic[R]):
     def exists(self, *names: Key) -> R:
         return self._send(("EXISTS", *names))
 
-    def expire(self, name: Key, time: int | datetime.timedelta) -> R:
-        return self._send(("EXPIRE", name, _seconds(time)), bool)
+    def expire(
+        self,
+        name: Key,
+        time: int | datetime.timedelta,
+        nx: bool = False,
+        xx: bool = False,
+        gt: bool = False,
+        lt: bool = False,
+    ) -> R:
+        """EXPIRE: True when the timeout was set; NX / XX / GT / LT as the server has them."""
+        flags = expire_flags(nx, xx, gt, lt)
+        return self._send(("EXPIRE", name, seconds(time), *flags), bool)
 
     def ttl(self, name: Key) -> R:
         return self._send(("TTL", name))
@@ -220,14 +286,17 @@ class Commands(Generic[R]):
         key: Key | None = None,
         value: Arg | None = None,
         mapping: Mapping[Key, Arg] | None = None,
+        items: Sequence[Arg] | None = None,
     ) -> R:
-        """HSET one field (key, value) and / or every field of mapping; return how many were
-        added."""
-        pairs: list[Arg] = [] if key is None or value is None else [key, value]
+        """HSET the fields of items (field, value, field, value...), then key = value, then
+        mapping's; return how many were added."""
+        if key is None and not mapping and not items:
+            raise DataError("'hset' with no key value pairs")
+        pairs: list[Any] = list(items or ())
+        if key is not None:
+            pairs += (key, value)  # a None value is refused as redis-py refuses it
         for field, item in (mapping or {}).items():
-            pairs += [field, item]
-        if not pairs:
-            raise ValueError("hset needs a key and a value, or a mapping")
+            pairs += (field, item)
         return self._send(("HSET", name, *pairs))
 
     def hgetall(self, name: Key) -> R:
@@ -252,12 +321,19 @@ class Commands(Generic[R]):
     ) -> R:
         """ZADD members with their scores; with incr, return the new score (or None)."""
         if not mapping:
-            raise ValueError("zadd needs at least one member and score")
-        command: tuple[Arg, ...] = (
-            "ZADD",
-            name,
-            *zadd_flags(nx, xx, ch, incr, gt, lt, len(mapping)),
-        )
+            raise DataError("ZADD requires at least one element/score pair")
+        if nx and xx:
+            raise DataError("ZADD allows either 'nx' or 'xx', not both")
+        if gt and lt:
+            raise DataError("ZADD allows either 'gt' or 'lt', not both")
+        if incr and len(mapping) != 1:
+            raise DataError(
+                "ZADD option 'incr' only works when passing a single element/score pair"
+            )
+        if nx and (gt or lt):
+            raise DataError("Only one of 'nx', 'gt', or 'lt' may be defined.")
+        chosen = (("NX", nx), ("XX", xx), ("CH", ch), ("INCR", incr), ("GT", gt), ("LT", lt))
+        command: tuple[Arg, ...] = ("ZADD", name, *(word for word, wanted in chosen if wanted))
         for member, score in mapping.items():
             command += (score, member)
         return self._send(command, _float_or_none if incr else as_is)
@@ -265,38 +341,74 @@ class Commands(Generic[R]):
     def zrange(
         self,
         name: Key,
-        start: int,
-        end: int,
+        start: Arg,
+        end: Arg,
         desc: bool = False,
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
+        byscore: bool = False,
+        bylex: bool = False,
+        offset: int | None = None,
+        num: int | None = None,
+        use_rev: bool = False,
     ) -> R:
-        """Members from start to end (by rank); with withscores, (member, score) pairs."""
-        command: tuple[Arg, ...] = ("ZREVRANGE" if desc else "ZRANGE", name, start, end)
+        """Members from start to end: by rank, or by score (byscore) or by name (bylex) from
+        offset, num of them; desc reverses; withscores gives (member, score) pairs."""
+        if not (byscore or bylex or use_rev) and offset is None and num is None and desc:
+            return self.zrevrange(name, start, end, withscores, score_cast_func)
+        if byscore and bylex:
+            raise DataError("``byscore`` and ``bylex`` can not be specified together.")
+        limit = _limit(offset, num, "``offset`` and ``num``")
+        if bylex and withscores:
+            raise DataError("``withscores`` not supported in combination with ``bylex``.")
+        chosen = (("BYSCORE", byscore), ("BYLEX", bylex), ("REV", desc))
+        command = ("ZRANGE", name, start, end, *(word for word, wanted in chosen if wanted))
+        command += limit
         if withscores:
             return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
         return self._send(command)
 
     # -- strings -----------------------------------------------------------------------------
 
-    def mget(self, keys: Key | list[Key], *args: Key) -> R:
-        names = [keys] if isinstance(keys, (str, bytes)) else list(keys)
-        return self._send(("MGET", *names, *args))
+    def mget(self, keys: Key | Iterable[Key], *args: Key) -> R:
+        names = list_or_args(keys, args)
+        if not names:
+            return self._answer([])  # as redis-py: no keys, no command, no values
+        return self._send(("MGET", *names))
 
     def mset(self, mapping: Mapping[Key, Arg]) -> R:
-        if not mapping:
-            raise ValueError("mset needs at least one key and value")
         pairs = [item for pair in mapping.items() for item in pair]
         return self._send(("MSET", *pairs), _true)
 
     def setex(self, name: Key, time: int | datetime.timedelta, value: Arg) -> R:
-        return self._send(("SETEX", name, _seconds(time), value), bool)
+        return self._send(("SETEX", name, seconds(time), value), bool)
 
     def setnx(self, name: Key, value: Arg) -> R:
         return self._send(("SETNX", name, value), bool)
 
     def getdel(self, name: Key) -> R:
         return self._send(("GETDEL", name))
+
+    def getex(
+        self,
+        name: Key,
+        ex: Expiry | None = None,
+        px: Expiry | None = None,
+        exat: Moment | None = None,
+        pxat: Moment | None = None,
+        persist: bool = False,
+    ) -> R:
+        """GETEX: the value, its expiry set (ex, px, exat, pxat) or removed (persist)."""
+        check_one(
+            "``ex``, ``px``, ``exat``, ``pxat``, and ``persist`` are mutually exclusive.",
+            ex is not None,
+            px is not None,
+            exat is not None,
+            pxat is not None,
+            persist,
+        )
+        persisting = ("PERSIST",) if persist else ()
+        return self._send(("GETEX", name, *expiry(ex, px, exat, pxat), *persisting))
 
     def decrby(self, name: Key, amount: int = 1) -> R:
         return self._send(("DECRBY", name, amount))
@@ -321,11 +433,41 @@ class Commands(Generic[R]):
     def touch(self, *args: Key) -> R:
         return self._send(("TOUCH", *args))
 
-    def pexpire(self, name: Key, time: int | datetime.timedelta) -> R:
-        return self._send(("PEXPIRE", name, _ms(time)), bool)
+    def pexpire(
+        self,
+        name: Key,
+        time: int | datetime.timedelta,
+        nx: bool = False,
+        xx: bool = False,
+        gt: bool = False,
+        lt: bool = False,
+    ) -> R:
+        flags = expire_flags(nx, xx, gt, lt)
+        return self._send(("PEXPIRE", name, milliseconds(time), *flags), bool)
 
-    def expireat(self, name: Key, when: int | datetime.datetime) -> R:
-        return self._send(("EXPIREAT", name, _unix(when)), bool)
+    def expireat(
+        self,
+        name: Key,
+        when: Moment,
+        nx: bool = False,
+        xx: bool = False,
+        gt: bool = False,
+        lt: bool = False,
+    ) -> R:
+        flags = expire_flags(nx, xx, gt, lt)
+        return self._send(("EXPIREAT", name, unix(when), *flags), bool)
+
+    def pexpireat(
+        self,
+        name: Key,
+        when: Moment,
+        nx: bool = False,
+        xx: bool = False,
+        gt: bool = False,
+        lt: bool = False,
+    ) -> R:
+        flags = expire_flags(nx, xx, gt, lt)
+        return self._send(("PEXPIREAT", name, unix_ms(when), *flags), bool)
 
     def pttl(self, name: Key) -> R:
         return self._send(("PTTL", name))
@@ -338,6 +480,17 @@ class Commands(Generic[R]):
 
     def rename(self, src: Key, dst: Key) -> R:
         return self._send(("RENAME", src, dst), _true)
+
+    def scan(
+        self,
+        cursor: int = 0,
+        match: Key | None = None,
+        count: int | None = None,
+        _type: str | None = None,
+    ) -> R:
+        """One SCAN step: (next cursor, keys); the scan is over when the cursor is 0. On a
+        cluster it scans one node: use scan_iter, which visits every primary."""
+        return self._send(scan_command(cursor, match, count, _type), _scan)
 
     # -- server --------------------------------------------------------------------------------
 
@@ -364,9 +517,8 @@ class Commands(Generic[R]):
 
     # -- hashes --------------------------------------------------------------------------------
 
-    def hmget(self, name: Key, keys: Key | list[Key], *args: Key) -> R:
-        fields = [keys] if isinstance(keys, (str, bytes)) else list(keys)
-        return self._send(("HMGET", name, *fields, *args))
+    def hmget(self, name: Key, keys: Key | Iterable[Key], *args: Key) -> R:
+        return self._send(("HMGET", name, *list_or_args(keys, args)))
 
     def hdel(self, name: Key, *keys: Key) -> R:
         return self._send(("HDEL", name, *keys))
@@ -468,12 +620,15 @@ class Commands(Generic[R]):
     def zrevrange(
         self,
         name: Key,
-        start: int,
-        end: int,
+        start: Arg,
+        end: Arg,
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
-        return self.zrange(name, start, end, True, withscores, score_cast_func)
+        command = ("ZREVRANGE", name, start, end)
+        if withscores:
+            return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
+        return self._send(command)
 
     def zrangebyscore(
         self,
@@ -485,7 +640,23 @@ class Commands(Generic[R]):
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
-        command = ("ZRANGEBYSCORE", name, min, max, *limit_args(start, num))
+        command = ("ZRANGEBYSCORE", name, min, max, *_limit(start, num, "``start`` and ``num``"))
+        if withscores:
+            return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
+        return self._send(command)
+
+    def zrevrangebyscore(
+        self,
+        name: Key,
+        max: float | str,
+        min: float | str,
+        start: int | None = None,
+        num: int | None = None,
+        withscores: bool = False,
+        score_cast_func: Callable[[Any], Any] = float,
+    ) -> R:
+        limit = _limit(start, num, "``start`` and ``num``")
+        command = ("ZREVRANGEBYSCORE", name, max, min, *limit)
         if withscores:
             return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
         return self._send(command)
@@ -505,8 +676,30 @@ class Commands(Generic[R]):
     def zincrby(self, name: Key, amount: float, value: Arg) -> R:
         return self._send(("ZINCRBY", name, amount, value), _float)
 
-    def zrank(self, name: Key, value: Arg) -> R:
+    def zrank(
+        self,
+        name: Key,
+        value: Arg,
+        withscore: bool = False,
+        score_cast_func: Callable[[Any], Any] = float,
+    ) -> R:
+        """The member's rank (low to high), or None; with withscore (Redis 7.2), [rank, score]."""
+        if withscore:
+            return self._send(("ZRANK", name, value, "WITHSCORE"), _rank_score(score_cast_func))
         return self._send(("ZRANK", name, value))
+
+    def zrevrank(
+        self,
+        name: Key,
+        value: Arg,
+        withscore: bool = False,
+        score_cast_func: Callable[[Any], Any] = float,
+    ) -> R:
+        """The member's rank from high to low, or None; with withscore, [rank, score]."""
+        if withscore:
+            command = ("ZREVRANK", name, value, "WITHSCORE")
+            return self._send(command, _rank_score(score_cast_func))
+        return self._send(("ZREVRANK", name, value))
 
     def zremrangebyscore(self, name: Key, min: float | str, max: float | str) -> R:
         return self._send(("ZREMRANGEBYSCORE", name, min, max))

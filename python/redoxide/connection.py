@@ -20,7 +20,10 @@ from typing import Any, Literal, overload
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._protocols import Arg, ClientLike, Topology, reads_client, spans_primaries
+from redoxide._raw_args import encoded
 from redoxide._raw_commands import Commands, Convert, Key, as_is, scan_command
+from redoxide._redoxide import Client
+from redoxide.exceptions import ResponseError
 
 __all__ = ["Connection", "Pipeline", "RawClient", "get_redis_connection", "reads_client"]
 
@@ -32,7 +35,10 @@ class _AsyncCommands(Commands[Awaitable[Any]]):
         self._client = client
 
     def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Awaitable[Any]:
-        return plans.then(self._client.execute(command, _bridge()), convert)
+        return plans.then(self._client.execute(encoded(command), _bridge()), convert)
+
+    def _answer(self, reply: Any) -> Awaitable[Any]:
+        return plans.done(reply)
 
 
 class _Twin:
@@ -66,14 +72,17 @@ class Connection(Commands[Any]):
         self._async = _AsyncCommands(client)
 
     def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Any:
-        return convert(self._client.execute(command))
+        return convert(self._client.execute(encoded(command)))
 
-    def pipeline(self, transaction: bool = True) -> Pipeline:
+    def _answer(self, reply: Any) -> Any:
+        return reply
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
         """Return a pipeline: commands queue until execute() sends them in one round trip.
 
         With transaction (redis-py's default) they run inside MULTI / EXEC, atomically; a
         cluster refuses that (keys of several slots cannot share a transaction): pass
-        transaction=False there.
+        transaction=False there. ``shard_hint`` is accepted and ignored, as redis-py does.
         """
         if transaction and spans_primaries(self._client):  # a cluster
             raise NotImplementedError(
@@ -205,6 +214,11 @@ class Connection(Commands[Any]):
     azremrangebyrank = _Twin()
     aincr = _Twin()
     adecr = _Twin()
+    agetex = _Twin()
+    apexpireat = _Twin()
+    ascan = _Twin()
+    azrevrangebyscore = _Twin()
+    azrevrank = _Twin()
 
 
 class Pipeline(Commands["Pipeline"]):
@@ -213,10 +227,15 @@ class Pipeline(Commands["Pipeline"]):
     def __init__(self, client: ClientLike, transaction: bool) -> None:
         self._client = client
         self._transaction = transaction
-        self._queued: list[tuple[tuple[Arg, ...], Convert]] = []
+        # (command, convert); a None command answers convert(None) without being sent.
+        self._queued: list[tuple[tuple[Arg, ...] | None, Convert]] = []
 
     def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Pipeline:
-        self._queued.append((command, convert))
+        self._queued.append((command, convert))  # encoded by execute(), as redis-py does
+        return self
+
+    def _answer(self, reply: Any) -> Pipeline:
+        self._queued.append((None, lambda _: reply))
         return self
 
     def __len__(self) -> int:
@@ -232,35 +251,85 @@ class Pipeline(Commands["Pipeline"]):
         """Forget the queued commands."""
         self._queued.clear()
 
-    def _take(self) -> tuple[list[Convert], list[tuple[Arg, ...]]]:
-        """Empty the queue (sent or failed, as redis-py does): the converters and commands."""
+    def _take(self) -> tuple[list[tuple[tuple[Arg, ...] | None, Convert]], list[tuple[Arg, ...]]]:
+        """Empty the queue (sent or failed, as redis-py does): what was queued, and the
+        commands to send (a DataError for an argument redis-py refuses: nothing is sent)."""
         queued, self._queued = self._queued, []
-        commands = [command for command, _ in queued]
-        if self._transaction:
+        commands = [encoded(command) for command, _ in queued if command is not None]
+        if self._transaction and commands:
             commands = [("MULTI",), *commands, ("EXEC",)]
-        return [convert for _, convert in queued], commands
+        return queued, commands
 
-    def _finish(self, converts: list[Convert], replies: list[Any]) -> list[Any]:
-        if self._transaction:
+    def _finish(
+        self,
+        queued: list[tuple[tuple[Arg, ...] | None, Convert]],
+        replies: list[Any],
+        raise_on_error: bool,
+    ) -> list[Any]:
+        if self._transaction and replies:
             replies = replies[-1]  # EXEC's: one reply per queued command
-        return [convert(reply) for convert, reply in zip(converts, replies, strict=True)]
+        sent = iter(replies)
+        out = []
+        for command, convert in queued:
+            reply = None if command is None else next(sent)
+            out.append(reply if isinstance(reply, ResponseError) else convert(reply))
+        if raise_on_error:
+            for reply in out:
+                if isinstance(reply, ResponseError):
+                    raise reply
+        return out
 
-    def execute(self) -> list[Any]:
+    def _keeps_errors(self, raise_on_error: bool) -> bool:
+        # An error reply is kept in its place only outside a transaction: the core raises an
+        # error inside EXEC's reply (a queuing error raises in redis-py too).
+        return not (raise_on_error or self._transaction)
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands in one round trip; return their replies, in order.
 
-        An error reply raises ``ResponseError`` (as redis-py's default raise_on_error does).
+        An error reply raises ``ResponseError`` (the first one, once every command has run);
+        with ``raise_on_error=False`` it is returned in its command's place instead (outside
+        a transaction: inside one, an error still raises).
         """
-        converts, commands = self._take()
-        if not converts:
-            return []
-        return self._finish(converts, self._client.pipeline(commands))
+        queued, commands = self._take()
+        if not commands:
+            return self._finish(queued, [], raise_on_error)
+        client = self._client
+        if not self._keeps_errors(raise_on_error):
+            return self._finish(queued, client.pipeline(commands), raise_on_error)
+        if isinstance(client, Client):
+            return self._finish(queued, client.pipeline_results(commands), False)
+        # A router has no pipeline_results: one command at a time, in order.
+        return self._finish(queued, [_reply_or_error(client, c) for c in commands], False)
 
-    async def aexecute(self) -> list[Any]:
-        """Send the queued commands in one round trip from async code."""
-        converts, commands = self._take()
-        if not converts:
-            return []
-        return self._finish(converts, await self._client.pipeline(commands, _bridge()))
+    async def aexecute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send the queued commands in one round trip from async code (as execute does)."""
+        queued, commands = self._take()
+        if not commands:
+            return self._finish(queued, [], raise_on_error)
+        client, bridge = self._client, _bridge()
+        if not self._keeps_errors(raise_on_error):
+            replies = await client.pipeline(commands, bridge)
+            return self._finish(queued, replies, raise_on_error)
+        if isinstance(client, Client):
+            replies = await client.pipeline_results(commands, bridge)
+            return self._finish(queued, replies, False)
+        replies = [await _areply_or_error(client, command, bridge) for command in commands]
+        return self._finish(queued, replies, False)
+
+
+def _reply_or_error(client: ClientLike, command: tuple[Arg, ...]) -> Any:
+    try:
+        return client.execute(command)
+    except ResponseError as error:
+        return error
+
+
+async def _areply_or_error(client: ClientLike, command: tuple[Arg, ...], bridge: Any) -> Any:
+    try:
+        return await client.execute(command, bridge)
+    except ResponseError as error:
+        return error
 
 
 class RawClient:
@@ -290,20 +359,21 @@ class RawClient:
         return self._cache._decode(value, None)
 
     def execute(self, *args: Arg) -> Any:
-        """Run one command and return its reply (bytes, int, list, None, True for OK)."""
-        return self._client.execute(args)
+        """Run one command and return its reply (bytes, int, list, None, True for OK).
+        Arguments are taken as get_redis_connection() takes them (redis-py's rules)."""
+        return self._client.execute(encoded(args))
 
     async def aexecute(self, *args: Arg) -> Any:
         """Run one command from async code."""
-        return await self._client.execute(args, _bridge())
+        return await self._client.execute(encoded(args), _bridge())
 
     def pipeline(self, *commands: tuple[Arg, ...]) -> list[Any]:
         """Run several commands in one round trip (not a transaction); return the replies."""
-        return self._client.pipeline(commands)
+        return self._client.pipeline([encoded(command) for command in commands])
 
     async def apipeline(self, *commands: tuple[Arg, ...]) -> list[Any]:
         """Run several commands in one round trip from async code."""
-        return await self._client.pipeline(commands, _bridge())
+        return await self._client.pipeline([encoded(c) for c in commands], _bridge())
 
     @overload
     def get_client(

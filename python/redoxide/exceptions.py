@@ -21,6 +21,7 @@ __all__ = [
     "ConnectionInterrupted",
     "CredentialProviderError",
     "CrossSlotError",
+    "DataError",
     "InternalError",
     "LoadingError",
     "LockError",
@@ -205,6 +206,13 @@ def response_error(
 
 class SerializationError(CacheError, ValueError):
     """A value stored in the cache could not be decoded."""
+
+
+class DataError(CacheError, TypeError, ValueError):
+    """An argument of a raw command (``get_redis_connection()``) that redis-py's encoder
+    refuses (a bool, None, any type but bytes, str, int and float), or options it refuses
+    together (``nx`` with ``xx``...); nothing is sent. A TypeError and a ValueError, so the
+    clauses that caught the errors raised before it existed still do."""
 
 
 class ConfigurationError(CacheError, ImproperlyConfigured):

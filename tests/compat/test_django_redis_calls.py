@@ -19,9 +19,9 @@ from django.core.cache import InvalidCacheBackendError
 from django.test import override_settings
 from django.utils.module_loading import import_string
 from redoxide import get_redis_connection
-from redoxide.exceptions import ConfigurationError, ResponseError
+from redoxide.exceptions import ConfigurationError, DataError, ResponseError
 from redoxide.options import parse_location
-from support.backend import is_redoxide
+from support.backend import build_cache, is_redoxide
 from support.dispatch import Ops
 from support.servers import RedisServer, commands_sent
 
@@ -392,6 +392,114 @@ def test_pipeline_error_reply_raises_and_empties_the_queue(caches_on: Any, mode:
     assert conn.get("t") == b"text"
 
 
+def queue_with_errors(pipe: Any) -> Any:
+    """Commands of which two fail on the server (INCR of text, LPUSH on a string)."""
+    pipe.set("t", "text").incr("t").get("t").lpush("t", "x").hset("h", "f", 1)
+    return pipe.zadd("z", {"m": 1}, incr=True).mget([]).hgetall("h").getdel("t")
+
+
+def same_replies(ours: list[Any], theirs: list[Any]) -> bool:
+    """Equal replies, and an error reply where redis-py has one, with its message."""
+    import redis
+
+    if len(ours) != len(theirs):
+        return False
+    for mine, their in zip(ours, theirs, strict=True):
+        if isinstance(their, redis.exceptions.ResponseError):
+            if not (isinstance(mine, ResponseError) and str(their) in str(mine)):
+                return False
+        elif mine != their:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("on", ["one server", "replicas"])
+def test_pipeline_raise_on_error_false_returns_errors_in_place(
+    caches_on: Any,
+    redis_server: RedisServer,
+    redis_client: Any,
+    replica_set: tuple[RedisServer, list[RedisServer]],
+    mode: str,
+    on: str,
+) -> None:
+    import redis
+
+    if on == "one server":
+        conn, server, client = get_redis_connection(), redis_server, redis_client
+    else:  # a router: its commands go one at a time, in order
+        primary, replicas = replica_set
+        conn = build_cache([primary.url] + [r.url for r in replicas], {}).client.get_client()
+        server, client = primary, redis.Redis(host="127.0.0.1", port=primary.port)
+    server.flushall()
+    theirs = queue_with_errors(client.pipeline(transaction=False)).execute(raise_on_error=False)
+    their_keys = {key: client.dump(key) for key in client.keys("*")}
+    server.flushall()
+    pipe = queue_with_errors(conn.pipeline(transaction=False))
+    if mode == "async":
+        ours = asyncio.run(pipe.aexecute(raise_on_error=False))
+    else:
+        ours = pipe.execute(raise_on_error=False)
+    assert same_replies(ours, theirs), (ours, theirs)
+    assert {key: client.dump(key) for key in client.keys("*")} == their_keys
+    assert len(pipe) == 0
+    # Without it the first error raises, once every command has run.
+    server.flushall()
+    with pytest.raises(ResponseError, match="not an integer"):
+        queue_with_errors(conn.pipeline(transaction=False)).execute()
+    assert client.hgetall("h") == {b"f": b"1"}
+    if client is not redis_client:
+        client.close()
+
+
+def test_transaction_raise_on_error_false_without_errors(caches_on: Any, mode: str) -> None:
+    pipe = get_redis_connection().pipeline()
+    pipe.set("a", 1).incr("a").mget([]).mget("a", "b")
+    run = pipe.aexecute if mode == "async" else None
+    replies = asyncio.run(run(raise_on_error=False)) if run else pipe.execute(raise_on_error=False)
+    assert replies == [True, 2, [], [b"2", None]]
+
+
+def test_transaction_queuing_error_raises_even_with_raise_on_error_false(
+    caches_on: Any, redis_client: Any
+) -> None:
+    # A command the server refuses to queue aborts the whole transaction: redis-py raises it
+    # whatever raise_on_error says, and nothing runs.
+    import redis
+
+    for client, error in (
+        (redis_client, redis.exceptions.ResponseError),
+        (get_redis_connection(), ResponseError),
+    ):
+        pipe = client.pipeline()
+        pipe.set("a", 1).execute_command("INCR")
+        with pytest.raises(error, match="wrong number of arguments"):
+            pipe.execute(raise_on_error=False)
+        assert client.get("a") is None
+
+
+def test_pipeline_refuses_what_redis_py_refuses_at_execute_and_sends_nothing(
+    caches_on: Any, redis_client: Any, mode: str
+) -> None:
+    import redis
+
+    for client, error in (
+        (redis_client, redis.exceptions.DataError),
+        (get_redis_connection(), DataError),
+    ):
+        pipe = client.pipeline(transaction=False)
+        pipe.set("a", "1").set("b", True).set("c", memoryview(b"3"))  # queued as redis-py does
+        assert len(pipe) == 3
+        with pytest.raises(error, match="'bool'"):
+            if mode == "async" and client is not redis_client:
+                asyncio.run(pipe.aexecute())
+            else:
+                pipe.execute()
+        assert len(pipe) == 0
+        assert client.mget("a", "b", "c") == [None, None, None]
+    with pytest.raises(DataError, match=r"nx.*xx"):  # refused when queued, as in redis-py
+        get_redis_connection().pipeline().set("a", 1, nx=True, xx=True)
+
+
 def test_error_replies_raise_response_error(caches_on: Any, mode: str) -> None:
     conn = Ops(get_redis_connection(), mode)
     conn.set("t", "text")
@@ -403,10 +511,12 @@ def test_error_replies_raise_response_error(caches_on: Any, mode: str) -> None:
 
 def test_argument_errors(caches_on: Any) -> None:
     conn = get_redis_connection()
-    with pytest.raises(ValueError, match="hset"):
+    with pytest.raises(DataError, match="hset"):
         conn.hset("h")
-    with pytest.raises(ValueError, match="zadd"):
+    with pytest.raises(ValueError, match="ZADD"):  # a DataError is a ValueError, a TypeError
         conn.zadd("z", {})
+    with pytest.raises(TypeError, match="'NoneType'"):
+        conn.set("k", None)
 
 
 def test_write_is_accepted(caches_on: Any) -> None:

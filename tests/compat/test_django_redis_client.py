@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.test import override_settings
 from redoxide import get_redis_connection
 from redoxide.connection import Connection
-from redoxide.exceptions import ResponseError, WrongTypeError
+from redoxide.exceptions import DataError, ResponseError, WrongTypeError
 from support.backend import build_cache, is_redoxide
 from support.dispatch import Ops
 from support.servers import RedisServer, SentinelSet
@@ -278,3 +279,233 @@ def test_make_key_encode_decode_as_django_redis_client(
     pipe.set(client.make_key("p"), client.encode("v"), ex=60)
     pipe.execute()
     assert cache.get("p") == "v"
+
+
+# -- every redis-py argument of the raw commands ------------------------------------------------
+#
+# Each case runs on a server holding SETUP's keys: once through redis-py, once through
+# get_client() (sync, async, and queued in a pipeline). The reply (or the error's kind) and
+# the server's state afterwards (each key's type, DUMP and expiry) must be the same.
+
+YEAR_2100 = 4_102_444_800
+YEAR_2100_DT = datetime.datetime(2100, 1, 1, tzinfo=datetime.timezone.utc)
+YEAR_2100_MS_DT = datetime.datetime(2100, 1, 1, 0, 0, 0, 123_456, tzinfo=datetime.timezone.utc)
+
+
+def setup_keys(client: Any) -> None:
+    client.set("s", "v")
+    client.set("t", "old", ex=1000)
+    client.set("n", 5)
+    client.hset("h", mapping={"f": "v", "g": 1})
+    client.rpush("l", "a", "b", "a", "c")
+    client.zadd("z", {"a": 1, "b": 2, "c": 3, "d": 4})
+    client.zadd("lex", {"a": 0, "b": 0, "c": 0, "d": 0})
+    client.sadd("set", "x", "y")
+
+
+class Boxed:
+    """A value of a type redis-py's encoder does not know."""
+
+
+CASES: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    # SET: every option and the combinations redis-py refuses
+    ("set", ("s", "w"), {"get": True}),
+    ("set", ("new", "w"), {"get": True}),
+    ("set", ("s", "w"), {"nx": True, "get": True}),
+    ("set", ("s", "w"), {"xx": True, "get": True, "keepttl": True}),
+    ("set", ("new", "w"), {"xx": True, "get": True}),
+    ("set", ("t", "w"), {"keepttl": True}),
+    ("set", ("k", "w"), {"exat": YEAR_2100}),
+    ("set", ("k", "w"), {"exat": YEAR_2100_DT}),
+    ("set", ("k", "w"), {"pxat": YEAR_2100 * 1000 + 123}),
+    ("set", ("k", "w"), {"pxat": YEAR_2100_MS_DT}),
+    ("set", ("s", "w"), {"get": True, "xx": True, "pxat": YEAR_2100_MS_DT}),
+    ("set", ("k", "w"), {"ex": "1000"}),
+    ("set", ("k", "w"), {"px": "1000000"}),
+    ("set", ("k", "w"), {"px": datetime.timedelta(seconds=1000, milliseconds=1)}),
+    ("set", ("k", "w"), {"ex": 10, "px": 10}),
+    ("set", ("k", "w"), {"ex": 10, "keepttl": True}),
+    ("set", ("k", "w"), {"exat": YEAR_2100, "pxat": YEAR_2100}),
+    ("set", ("k", "w"), {"nx": True, "xx": True}),
+    ("set", ("k", "w"), {"ex": 1.5}),
+    ("set", ("k", "w"), {"px": "soon"}),
+    ("set", ("s", "w"), {"ifeq": "v"}),  # Valkey 8.1+, Redis 8.4+; an error before
+    ("set", ("s", "w"), {"ifeq": "other", "get": True}),
+    ("set", ("s", "w"), {"nx": True, "ifne": "v"}),
+    # the expiry family's NX / XX / GT / LT
+    ("expire", ("t", 2000), {"gt": True}),
+    ("expire", ("t", 10), {"gt": True}),
+    ("expire", ("s", 100), {"nx": True}),
+    ("expire", ("t", 100), {"nx": True}),
+    ("expire", ("s", datetime.timedelta(seconds=100)), {"xx": True}),
+    ("expire", ("t", 500), {"lt": True}),
+    ("expire", ("t", 100), {"nx": True, "xx": True}),
+    ("pexpire", ("t", 2_000_000), {"gt": True}),
+    ("pexpire", ("s", datetime.timedelta(seconds=100)), {"nx": True}),
+    ("pexpire", ("t", 2_000_000), {"lt": True}),
+    ("expireat", ("t", YEAR_2100_DT), {"xx": True}),
+    ("expireat", ("s", YEAR_2100), {"lt": True}),
+    ("expireat", ("t", YEAR_2100), {"gt": True}),
+    ("pexpireat", ("t", YEAR_2100 * 1000 + 5), {}),
+    ("pexpireat", ("s", YEAR_2100_MS_DT), {"nx": True}),
+    ("pexpireat", ("t", YEAR_2100_MS_DT), {"nx": True}),
+    # GETEX
+    ("getex", ("s",), {}),
+    ("getex", ("s",), {"ex": 100}),
+    ("getex", ("s",), {"px": datetime.timedelta(seconds=100)}),
+    ("getex", ("s",), {"exat": YEAR_2100_DT}),
+    ("getex", ("s",), {"pxat": YEAR_2100 * 1000 + 7}),
+    ("getex", ("t",), {"persist": True}),
+    ("getex", ("missing",), {"ex": 100}),
+    ("getex", ("s",), {"ex": 1, "px": 1}),
+    ("getex", ("s",), {"ex": 1, "persist": True}),
+    # HSET's items, with key / value and mapping
+    ("hset", ("h",), {"items": ["a", 1, "b", 2]}),
+    ("hset", ("h", "k", "v"), {"mapping": {"m": 1}, "items": ["i", 2]}),
+    ("hset", ("h",), {}),
+    ("hset", ("h", "k"), {}),
+    ("hmget", ("h", ("f", "g")), {}),
+    # ZRANGE by score and by name, reversed, with LIMIT
+    ("zrange", ("z", 2, 3), {"byscore": True}),
+    ("zrange", ("z", "(1", "+inf"), {"byscore": True, "offset": 1, "num": 2, "withscores": True}),
+    ("zrange", ("z", 4, 1), {"byscore": True, "desc": True}),
+    ("zrange", ("z", 0, -1), {"desc": True, "withscores": True, "score_cast_func": int}),
+    ("zrange", ("z", 0, 1), {"offset": 0, "num": 1}),
+    ("zrange", ("lex", "[b", "+"), {"bylex": True}),
+    ("zrange", ("lex", "+", "[b"), {"bylex": True, "desc": True, "offset": 0, "num": 2}),
+    ("zrange", ("z", 0, -1), {"offset": 1}),
+    ("zrange", ("z", 0, 1), {"byscore": True, "bylex": True}),
+    ("zrange", ("lex", "-", "+"), {"bylex": True, "withscores": True}),
+    ("zrevrangebyscore", ("z", "+inf", 2), {"start": 0, "num": 2, "withscores": True}),
+    ("zrevrangebyscore", ("z", 9, "-inf"), {}),
+    ("zrangebyscore", ("z", 0, 9), {"start": 1}),
+    ("zrank", ("z", "c"), {}),
+    ("zrank", ("z", "c"), {"withscore": True}),
+    ("zrevrank", ("z", "c"), {}),
+    ("zrevrank", ("z", "zz"), {}),
+    # ZADD's flags and what redis-py refuses
+    ("zadd", ("z", {"a": 5, "e": 1}), {"lt": True, "ch": True}),
+    ("zadd", ("z", {"a": 2}), {"incr": True, "xx": True}),
+    ("zadd", ("z", {"zz": 2}), {"incr": True, "xx": True}),
+    ("zadd", ("z", {"a": 1}), {"nx": True, "xx": True}),
+    ("zadd", ("z", {"a": 1}), {"nx": True, "gt": True}),
+    ("zadd", ("z", {"a": 1, "b": 2}), {"incr": True}),
+    ("zadd", ("z", {}), {}),
+    # SCAN, MGET of nothing, MSET of nothing
+    ("scan", (0,), {"match": "l*", "count": 1000}),
+    ("scan", (0,), {"_type": "zset", "count": 1000}),
+    ("mget", ([],), {}),
+    ("mget", (("s", "n"), "t"), {}),
+    ("mset", ({},), {}),
+    # values redis-py's encoder takes, and those it refuses
+    ("set", ("k", memoryview(b"mv")), {}),
+    ("set", ("k", bytearray(b"ba")), {}),
+    ("set", (memoryview(b"key"), "v"), {}),
+    ("set", ("k", 1e16), {}),
+    ("set", ("k", 2.5), {}),
+    ("set", ("k", -0.0), {}),
+    ("set", ("k", True), {}),
+    ("set", ("k", None), {}),
+    ("set", ("k", Boxed()), {}),
+    ("set", (False, "v"), {}),
+    ("rpush", ("l", memoryview(b"x"), bytearray(b"y")), {}),
+    ("rpush", ("l", "x", True), {}),
+    ("hset", ("h", "f", bytearray(b"z")), {}),
+    ("hset", ("h", "f", False), {}),
+    ("hset", ("h",), {"mapping": {"f": None}}),
+    ("sadd", ("set", False), {}),
+    ("zadd", ("z", {"m": True}), {}),
+    ("zadd", ("z", {memoryview(b"m"): 7}), {}),
+    ("mset", ({"a": True},), {}),
+    ("mset", ({"a": memoryview(b"1"), "b": 1.5},), {}),
+    ("lpos", ("l", bytearray(b"a")), {"count": 0}),
+    ("execute_command", ("SET", "k", True), {}),
+    ("execute_command", ("SET", "k", bytearray(b"raw")), {}),
+]
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, (memoryview, bytearray, Boxed)):
+        return type(value).__name__
+    if isinstance(value, dict):
+        return {_shown(k): _shown(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_shown(item) for item in value)
+    return value
+
+
+def case_id(case: tuple[str, tuple[Any, ...], dict[str, Any]]) -> str:
+    name, args, kwargs = case
+    return f"{name}{_shown(args)}{_shown(kwargs) or ''}"
+
+
+def server_state(client: Any) -> dict[bytes, tuple[Any, ...]]:
+    """Each key's type, DUMP and expiry (Unix ms; -1 when none)."""
+    return {
+        key: (client.type(key), client.dump(key), client.pexpiretime(key))
+        for key in client.keys("*")
+    }
+
+
+def same_state(ours: dict[bytes, tuple[Any, ...]], theirs: dict[bytes, tuple[Any, ...]]) -> bool:
+    # A relative expiry set a moment later ends a moment later: the two must agree to 60 s,
+    # which still tells seconds from milliseconds and 100 s from 1000 s.
+    if ours.keys() != theirs.keys():
+        return False
+    for key, (kind, dump, expires) in ours.items():
+        their_kind, their_dump, their_expires = theirs[key]
+        if (kind, dump) != (their_kind, their_dump):
+            return False
+        if (expires < 0 or their_expires < 0) and expires != their_expires:
+            return False
+        if abs(expires - their_expires) > 60_000:
+            return False
+    return True
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    """The reply, or the kind of error: DataError (refused before sending) or ResponseError."""
+    import redis
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # redis-py's ifeq / ifne are "experimental"
+            return call()
+    except (redis.exceptions.DataError, DataError):
+        return "DataError"
+    except (redis.exceptions.ResponseError, ResponseError):
+        return "ResponseError"
+
+
+def in_pipeline(client: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    pipe = client.pipeline(transaction=False)
+    getattr(pipe, name)(*args, **kwargs)
+    reply = pipe.execute(raise_on_error=False)[0]
+    return "ResponseError" if isinstance(reply, Exception) else reply
+
+
+@pytest.mark.parametrize("how", ["sync", "async", "pipeline"])
+@pytest.mark.parametrize("case", CASES, ids=[case_id(case) for case in CASES])
+def test_every_argument_matches_redis_py(
+    default_cache: Any,
+    redis_server: RedisServer,
+    redis_client: Any,
+    case: tuple[str, tuple[Any, ...], dict[str, Any]],
+    how: str,
+) -> None:
+    name, args, kwargs = case
+
+    def run(client: Any) -> tuple[Any, dict[bytes, tuple[Any, ...]]]:
+        redis_server.flushall()
+        setup_keys(redis_client)
+        if how == "pipeline":
+            reply = outcome(lambda: in_pipeline(client, name, args, kwargs))
+        else:
+            reply = outcome(lambda: getattr(client, name)(*args, **kwargs))
+        return reply, server_state(redis_client)
+
+    theirs, their_state = run(redis_client)
+    conn = default_cache.client.get_client()
+    ours, our_state = run(conn if how == "pipeline" else Ops(conn, how))
+    assert ours == theirs
+    assert same_state(our_state, their_state), (our_state, their_state)
