@@ -109,3 +109,24 @@ def test_a_scrape_reads_the_counters_as_they_are_then(two_caches: Any) -> None:
     assert scrape(registry)["redoxide_commands_total"][key] == 2
     cache.reset_stats()
     assert key not in scrape(registry).get("redoxide_commands_total", {})
+
+
+def test_lists_sets_hashes_and_sorted_sets_are_exported_under_their_commands(
+    two_caches: Any,
+) -> None:
+    cache, _ = two_caches
+    cache.reset_stats()
+    cache.lpush("l", "a", "b")
+    cache.lrange("l", 0, -1)
+    cache.sadd("s", "a")
+    cache.hset("h", "f", 1)
+    cache.zadd("z", {"a": 1})
+    cache.client.get_client().rpush("raw", "x")
+    registry = CollectorRegistry()
+    register(registry)
+    commands = {
+        dict(k)["command"]: v
+        for k, v in scrape(registry)["redoxide_commands_total"].items()
+        if dict(k)["alias"] == "default"
+    }
+    assert commands == {"LPUSH": 1, "LRANGE": 1, "SADD": 1, "HSET": 1, "ZADD": 1, "RPUSH": 1}

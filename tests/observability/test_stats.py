@@ -5,8 +5,10 @@ test's traffic is counted. Sync and async paths both."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
+import re
 import select
 import signal
 import threading
@@ -16,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from cache_calls import call, prepare, server_methods
 from django.test import override_settings
-from redoxide import _redoxide
+from redoxide import _redoxide, _scripts
 from redoxide.exceptions import CacheTimeout
 from support.backend import build_cache, is_redoxide
 from support.dispatch import Ops
@@ -349,3 +352,66 @@ def test_a_forked_child_counts_from_zero(fresh_redis_server: RedisServer) -> Non
     assert report == [{}, 0, {"GET": 1}, 1]
     # The parent's own counters are untouched.
     assert cache.stats()["totals"]["calls"] == {"SET": 1, "GET": 1}
+
+
+# -- every command family ----------------------------------------------------------------------
+
+# Commands counted by the server that these tests' observer or a connection's handshake send.
+_NOT_OURS = {"info", "hello", "client", "select", "auth", "ping", "script", "config"}
+
+
+def _counted_like_the_server(
+    cache: Any, server: RedisServer, before: dict[str, dict[str, int]]
+) -> dict[str, int]:
+    """Check the cache counted each command the server ran under its own family, as many
+    times as the server did; return the families counted."""
+    calls = cache.stats()["totals"]["calls"]
+    assert "OTHER" not in calls, calls
+    after = commandstats(server)
+    ran = {
+        name: stats["calls"] - before.get(name, {}).get("calls", 0)
+        for name, stats in after.items()
+        if name.split("|")[0] not in _NOT_OURS
+    }
+    ran = {name: n for name, n in ran.items() if n}
+    ours = {family: n for family, n in calls.items() if family.lower() not in _NOT_OURS}
+    ours.pop("PIPELINE", None)  # a round trip, not a command
+    theirs = {name.upper(): n for name, n in ran.items()}
+    # The server also counts what redoxide's Lua scripts call (redis.call('GET', ...)).
+    scripted = set(re.findall(r"redis\.p?call\('(\w+)'", inspect.getsource(_scripts)))
+    for name in scripted:
+        assert ours.get(name, 0) <= theirs.get(name, 0), name
+        ours.pop(name, None), theirs.pop(name, None)
+    assert ours == theirs
+    return calls
+
+
+def test_every_cache_method_counts_its_commands_under_their_own_families(
+    fresh_redis_server: RedisServer, mode: str
+) -> None:
+    cache = counted_cache(fresh_redis_server.url)
+    before = commandstats(fresh_redis_server)
+    for method in server_methods():
+        prepare(cache)
+        call(cache, method, mode)
+    calls = _counted_like_the_server(cache, fresh_redis_server, before)
+    for family in ("LPUSH", "LRANGE", "LMOVE", "SADD", "SSCAN", "HSET", "HGETALL", "ZADD"):
+        assert calls[family] >= 1, family
+
+
+def test_every_raw_command_counts_under_its_own_family(
+    fresh_redis_server: RedisServer, mode: str
+) -> None:
+    from compat.test_django_redis_client import SCRIPT  # the raw client's commands
+
+    cache = counted_cache(fresh_redis_server.url)
+    before = commandstats(fresh_redis_server)
+    conn = Ops(cache.client.get_client(), mode)
+    for name, args, kwargs in SCRIPT:
+        getattr(conn, name)(*args, **kwargs)
+    pipe = cache.client.get_client().pipeline()
+    for name, args, kwargs in SCRIPT:
+        getattr(pipe, name)(*args, **kwargs)
+    pipe.execute() if mode == "sync" else asyncio.run(pipe.aexecute())
+    calls = _counted_like_the_server(cache, fresh_redis_server, before)
+    assert calls["MULTI"] == calls["EXEC"] == 1
