@@ -13,7 +13,9 @@ binary (e.g. valkey-server).
 from __future__ import annotations
 
 import atexit
+import collections
 import os
+import random
 import re
 import shutil
 import signal
@@ -36,22 +38,54 @@ STOP_TIMEOUT = 10.0
 _running: set[RedisServer] = set()  # strong refs: a running server is never collected
 
 
+# The ports handed out lately (at most half a slice): one is handed out again only after many
+# others, long after the test that used it ended, even one that kept it as an unused port.
 _claimed: set[int] = set()
+_claim_order: collections.deque[int] = collections.deque()
+
+# Ports are handed out from a range of this process' own, below the kernel's ephemeral range
+# (32768 and up on Linux), so an outgoing connection never takes one: each pytest-xdist worker
+# (PYTEST_XDIST_WORKER gwN of PYTEST_XDIST_WORKER_COUNT) has a slice of its own, and any other
+# process (a run without xdist, a benchmark, the demo) the slice before them. Within its
+# slice a process starts at a random place (two runs side by side rarely meet) and walks on.
+_PORTS_LOW, _PORTS_HIGH = 10000, 32000
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    width = (_PORTS_HIGH - _PORTS_LOW) // (count + 1)
+    start = _PORTS_LOW + min(index, count) * width
+    return range(start, start + width)
+
+
+_slice = _port_slice()
+_next = [_slice.start + random.randrange(len(_slice))]
 
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that nothing listens on right now, and that this process
-    has not handed out before. The kernel can give the same free port to two calls in a row:
-    a sentinel set picks all six ports before it starts any server, and once its third
-    sentinel was given a replica's port (it could not bind it, and the replica answered its
-    PING, so the set waited in vain for a third sentinel)."""
-    while True:
+    has not handed out lately (see _claimed), from this process' slice (above), which no other
+    xdist worker uses. The kernel's own choice (bind to port 0) could give the same free port
+    to two calls in a row: once a sentinel set's third sentinel was given a replica's port (it
+    could not bind it, and the replica answered its PING, so the set waited in vain)."""
+    for _ in range(len(_slice)):
+        port = _next[0]
+        _next[0] = port + 1 if port + 1 < _slice.stop else _slice.start
+        if port in _claimed:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port not in _claimed:
-            _claimed.add(port)
-            return port
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken by another process
+        _claimed.add(port)
+        _claim_order.append(port)
+        if len(_claim_order) > len(_slice) // 2:
+            _claimed.discard(_claim_order.popleft())
+        return port
+    raise RuntimeError(f"no free port left in {_slice}")
 
 
 def server_version() -> str:
@@ -128,6 +162,7 @@ class RedisServer:
         self.fixed_port = port is not None
         self.port: int = port if port is not None else free_port()
         self.password = password
+        self.tls_port: int | None = None  # a TLS port it also serves (a Cluster's, with tls_args)
         self.dir: str | None = None  # working dir (logfile, unix sockets), while running
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -422,8 +457,11 @@ def streaming(primary: RedisServer, replicas: list[RedisServer], *, probe: bool 
     probe write (PUBLISH, which changes no key; `probe` False in cluster mode, where PUBLISH
     is not replicated) each replica's offset reaches the primary's."""
     states = _replica_states(primary)
-    if any(states.get(replica.port) != "online" for replica in replicas):
-        return False
+    for replica in replicas:
+        # A replica announces its TLS port when it replicates over TLS.
+        state = states.get(replica.port) or states.get(replica.tls_port or 0)
+        if state != "online":
+            return False
     if probe:
         primary.cli("publish", _PROBE_CHANNEL, "probe")
     offset = int(primary.info("replication")["master_repl_offset"])
@@ -502,6 +540,8 @@ class Cluster:
             )
             for i in range(primaries * 2)
         ]
+        for node, port in zip(self.nodes, self.tls_ports, strict=False):
+            node.tls_port = port
         self.primaries_wanted = primaries
 
     @property
@@ -539,7 +579,9 @@ class Cluster:
     def _replicas_synced(self) -> bool:
         """Every live replica streams from its primary (see streaming(); no PUBLISH probe:
         cluster mode does not replicate it, the offsets alone must meet)."""
-        by_port = {node.port: node for node in self.live_nodes()}
+        by_port = {
+            port: node for node in self.live_nodes() for port in (node.port, node.tls_port) if port
+        }
         replicas_of: dict[int, list[RedisServer]] = {}
         for node in by_port.values():
             info = node.info("replication")
