@@ -267,7 +267,7 @@ class Pipeline(Commands["Pipeline"]):
         raise_on_error: bool,
     ) -> list[Any]:
         if self._transaction and replies:
-            replies = replies[-1]  # EXEC's: one reply per queued command
+            replies = _exec_replies(replies)
         sent = iter(replies)
         out = []
         for command, convert in queued:
@@ -279,28 +279,25 @@ class Pipeline(Commands["Pipeline"]):
                     raise reply
         return out
 
-    def _keeps_errors(self, raise_on_error: bool) -> bool:
-        # An error reply is kept in its place only outside a transaction: the core raises an
-        # error inside EXEC's reply (a queuing error raises in redis-py too).
-        return not (raise_on_error or self._transaction)
-
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands in one round trip; return their replies, in order.
 
         An error reply raises ``ResponseError`` (the first one, once every command has run);
-        with ``raise_on_error=False`` it is returned in its command's place instead (outside
-        a transaction: inside one, an error still raises).
+        with ``raise_on_error=False`` it is returned in its command's place instead. In a
+        transaction, a command the server refused to queue raises either way (nothing ran),
+        and so, for now, does an error reply inside EXEC's (the core raises it).
         """
         queued, commands = self._take()
         if not commands:
             return self._finish(queued, [], raise_on_error)
         client = self._client
-        if not self._keeps_errors(raise_on_error):
-            return self._finish(queued, client.pipeline(commands), raise_on_error)
-        if isinstance(client, Client):
-            return self._finish(queued, client.pipeline_results(commands), False)
-        # A router has no pipeline_results: one command at a time, in order.
-        return self._finish(queued, [_reply_or_error(client, c) for c in commands], False)
+        if not raise_on_error and isinstance(client, Client):
+            replies = client.pipeline_results(commands)
+        elif raise_on_error or self._transaction:
+            replies = client.pipeline(commands)
+        else:  # a router has no pipeline_results: one command at a time, in order
+            replies = [_reply_or_error(client, command) for command in commands]
+        return self._finish(queued, replies, raise_on_error)
 
     async def aexecute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands in one round trip from async code (as execute does)."""
@@ -308,14 +305,22 @@ class Pipeline(Commands["Pipeline"]):
         if not commands:
             return self._finish(queued, [], raise_on_error)
         client, bridge = self._client, _bridge()
-        if not self._keeps_errors(raise_on_error):
-            replies = await client.pipeline(commands, bridge)
-            return self._finish(queued, replies, raise_on_error)
-        if isinstance(client, Client):
+        if not raise_on_error and isinstance(client, Client):
             replies = await client.pipeline_results(commands, bridge)
-            return self._finish(queued, replies, False)
-        replies = [await _areply_or_error(client, command, bridge) for command in commands]
-        return self._finish(queued, replies, False)
+        elif raise_on_error or self._transaction:
+            replies = await client.pipeline(commands, bridge)
+        else:
+            replies = [await _areply_or_error(client, command, bridge) for command in commands]
+        return self._finish(queued, replies, raise_on_error)
+
+
+def _exec_replies(replies: list[Any]) -> list[Any]:
+    """EXEC's list, from the replies to MULTI, the queued commands and EXEC: a command the
+    server refused to queue aborted the transaction, and raises (as in redis-py)."""
+    for reply in replies[1:]:
+        if isinstance(reply, BaseException):
+            raise reply
+    return list(replies[-1])
 
 
 def _reply_or_error(client: ClientLike, command: tuple[Arg, ...]) -> Any:
