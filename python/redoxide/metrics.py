@@ -24,6 +24,19 @@ command family, ``error`` the exception class):
     redoxide_connections{alias,node}                         gauge
     redoxide_fail_open_misses_total{alias}                   counter
 
+and, for a cache with NEAR_CACHE (``cache.near_cache_stats()``: its hits send nothing, so the
+counters above never see them):
+
+    redoxide_near_cache_hits_total{alias}                    counter
+    redoxide_near_cache_misses_total{alias}                  counter
+    redoxide_near_cache_installs_total{alias}                counter
+    redoxide_near_cache_invalidations_total{alias}           counter
+    redoxide_near_cache_evictions_total{alias}               counter
+    redoxide_near_cache_fills_dropped_total{alias}           counter
+    redoxide_near_cache_flushes_total{alias,reason}          counter
+    redoxide_near_cache_bytes{alias}                         gauge
+    redoxide_near_cache_entries{alias}                       gauge
+
 Caches that reach the same servers with the same settings share their node counters, so
 their series are equal: sum over ``alias`` only across caches on different servers.
 """
@@ -63,6 +76,20 @@ _NODE_COUNTERS = (
     ("timeouts", "redoxide_timeouts", "Calls that got no reply within SOCKET_TIMEOUT."),
 )
 
+# The near cache's counters: (near_cache_stats key, metric name, help).
+_NEAR_COUNTERS = (
+    ("hits", "redoxide_near_cache_hits", "Reads answered by the near cache (nothing sent)."),
+    ("misses", "redoxide_near_cache_misses", "Reads of kept keys the near cache did not hold."),
+    ("installs", "redoxide_near_cache_installs", "Values the near cache took in."),
+    ("invalidations", "redoxide_near_cache_invalidations", "Keys dropped by the server's word."),
+    ("evictions", "redoxide_near_cache_evictions", "Keys dropped to stay within MAX_BYTES."),
+    ("fills_dropped", "redoxide_near_cache_fills_dropped", "Fills an invalidation overtook."),
+)
+_NEAR_GAUGES = (
+    ("bytes", "redoxide_near_cache_bytes", "Bytes the near cache holds (keys and values)."),
+    ("entries", "redoxide_near_cache_entries", "Keys the near cache holds."),
+)
+
 
 class RedoxideCollector:
     """Yield redoxide's counters as Prometheus metric families, read at each scrape.
@@ -82,10 +109,12 @@ class RedoxideCollector:
         """Return every family with the current counters."""
         fill, families = self._families()
         for alias, cache in self._caches():
-            fill(alias, cache.stats())
+            fill(alias, cache.stats(), cache.near_cache_stats())
         return families
 
-    def _families(self) -> tuple[Callable[[str, dict[str, Any]], None], list[Metric]]:
+    def _families(
+        self,
+    ) -> tuple[Callable[[str, dict[str, Any], dict[str, Any] | None], None], list[Metric]]:
         calls = CounterMetricFamily(
             "redoxide_commands", "Commands sent, by command family.", labels=_COMMAND
         )
@@ -111,7 +140,27 @@ class RedoxideCollector:
             labels=["alias"],
         )
 
-        def fill(alias: str, stats: dict[str, Any]) -> None:
+        near = {
+            key: CounterMetricFamily(name, text, labels=["alias"])
+            for key, name, text in _NEAR_COUNTERS
+        }
+        near_flushes = CounterMetricFamily(
+            "redoxide_near_cache_flushes",
+            "Near-cache flushes (everything dropped), by reason.",
+            labels=["alias", "reason"],
+        )
+        near_gauges = {
+            key: GaugeMetricFamily(name, text, labels=["alias"]) for key, name, text in _NEAR_GAUGES
+        }
+
+        def fill(alias: str, stats: dict[str, Any], kept: dict[str, Any] | None) -> None:
+            if kept is not None:
+                for key, counter in near.items():
+                    counter.add_metric([alias], kept[key])
+                for key, gauge in near_gauges.items():
+                    gauge.add_metric([alias], kept[key])
+                for reason, n in kept["flushes"].items():
+                    near_flushes.add_metric([alias, reason], n)
             fail_open.add_metric([alias], stats["fail_open_misses"])
             for node, counts in stats["nodes"].items():
                 where = [alias, node]
@@ -128,7 +177,10 @@ class RedoxideCollector:
                     family.add_metric(where, counts[key])
                 connections.add_metric(where, counts["connections"])
 
-        families = [calls, errors, latency, *counters.values(), connections, fail_open]
+        families = [
+            calls, errors, latency, *counters.values(), connections, fail_open,
+            *near.values(), near_flushes, *near_gauges.values(),
+        ]  # fmt: skip
         return fill, families
 
 

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from redoxide.metrics import RedoxideCollector, register
 from support.backend import is_redoxide
+from support.near import near_options, warm
 from support.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's own counters")
@@ -130,3 +131,36 @@ def test_lists_sets_hashes_and_sorted_sets_are_exported_under_their_commands(
         if dict(k)["alias"] == "default"
     }
     assert commands == {"LPUSH": 1, "LRANGE": 1, "SADD": 1, "HSET": 1, "ZADD": 1, "RPUSH": 1}
+
+
+def test_near_cache_hits_are_exported(fresh_redis_server: RedisServer) -> None:
+    # A near-cache hit sends nothing: without its own series a hit ratio built from
+    # redoxide_cache_hits_total drops when the near cache serves more.
+    near = near_options()
+    settings = {
+        "default": {
+            "BACKEND": "redoxide.RedisCache",
+            "LOCATION": fresh_redis_server.url,
+            "OPTIONS": {"NEAR_CACHE": near},
+        },
+        "plain": {"BACKEND": "redoxide.RedisCache", "LOCATION": fresh_redis_server.url},
+    }
+    with override_settings(CACHES=settings):
+        cache = caches["default"]
+        cache.set("cfg:k", 1)
+        assert warm(cache, "cfg:k") == 1
+        kept = cache.near_cache_stats()
+        assert kept["hits"] >= 1
+        registry = CollectorRegistry()
+        register(registry)
+        samples = scrape(registry)
+    default = labels(alias="default")
+    for key in ("hits", "misses", "installs", "invalidations", "evictions", "fills_dropped"):
+        assert samples[f"redoxide_near_cache_{key}_total"][default] == kept[key], key
+    assert samples["redoxide_near_cache_bytes"][default] == kept["bytes"] > 0
+    assert samples["redoxide_near_cache_hits_total"][default] >= 1
+    assert samples["redoxide_near_cache_entries"][default] == kept["entries"]
+    flushes = samples["redoxide_near_cache_flushes_total"]
+    assert {dict(k)["reason"]: v for k, v in flushes.items()} == kept["flushes"]
+    # A cache without NEAR_CACHE has no near-cache series.
+    assert all(dict(k)["alias"] == "default" for k in samples["redoxide_near_cache_hits_total"])
