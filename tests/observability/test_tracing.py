@@ -19,6 +19,7 @@ from redoxide import RedisCache, tracing
 from redoxide.connection import RawClient
 from redoxide.exceptions import ConnectionInterrupted, ResponseError
 from redoxide.lock import AsyncLock, Lock
+from redoxide.topology.commands import first_key, key_slot, slot_of
 from support.backend import build_cache, is_redoxide
 from support.dispatch import Ops
 from support.servers import RedisServer, free_port
@@ -278,3 +279,15 @@ def test_without_the_option_locks_and_the_raw_client_are_not_instrumented(
     raw = cache.client
     assert type(raw) is RawClient and raw._client is cache._client
     assert cache.client.get_client()._client is cache._client
+
+
+def test_the_key_a_raw_span_records_is_the_one_the_slot_follows() -> None:
+    # TRACING_KEYS records first_key(); a cluster routes by slot_of(): the same key.
+    commands = [
+        ("GET", "k"), ("DEL", "a", "b"), ("EVALSHA", "sha", 1, "s", "arg"), ("EVAL", "x", 0),
+        ("OBJECT", "ENCODING", "o"), ("XREAD", "COUNT", 1, "STREAMS", "st", "0"), ("PING",),
+        ("SCAN", 0), ("PUBLISH", "chan", "m"), ("LPUSH", b"bytes", "v"),
+    ]  # fmt: skip
+    for command in commands:
+        key = first_key(command)
+        assert slot_of(command) == (None if key is None else key_slot(key)), command

@@ -61,7 +61,8 @@ def key_arg(arg: Any) -> str | bytes:
 
 
 def first_key(args: Sequence[Any]) -> Any:
-    """The command's first key (the one its slot follows), or None for a keyless command."""
+    """The command's first key (the one its slot follows: slot_of's cases), or None for a
+    keyless command."""
     name = command_name(args)
     if name in _SCRIPTS:
         try:
@@ -82,9 +83,25 @@ def first_key(args: Sequence[Any]) -> Any:
 
 
 def slot_of(args: Sequence[Any]) -> int | None:
-    """The slot a command must run in, or None for a keyless command."""
-    key = first_key(args)
-    return None if key is None else key_slot(key_arg(key))
+    """The slot a command must run in, or None for a keyless command (first_key's, written
+    out: a cluster's every routed command comes here)."""
+    name = command_name(args)
+    if name in _SCRIPTS:
+        try:
+            numkeys = int(args[2])
+        except (IndexError, TypeError, ValueError):
+            return None  # the server will say what is wrong
+        return key_slot(key_arg(args[3])) if numkeys > 0 and len(args) > 3 else None
+    if name in _KEYLESS or len(args) < 2:
+        return None
+    if name in _KEY_THIRD:
+        return key_slot(key_arg(args[2])) if len(args) > 2 else None
+    if name in _STREAM_READS:
+        words = [_upper(a) for a in args]
+        if "STREAMS" in words and words.index("STREAMS") + 1 < len(args):
+            return key_slot(key_arg(args[words.index("STREAMS") + 1]))
+        return None
+    return key_slot(key_arg(args[1]))
 
 
 def _sum(replies: list[Any]) -> Any:
