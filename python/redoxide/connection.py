@@ -101,7 +101,7 @@ class Connection(Commands[Any]):
         for node in self._nodes(plans.run(self._scan_nodes())):
             cursor: Any = 0
             while True:
-                cursor, found = node.execute(scan_command(cursor, match, count, _type))
+                cursor, found = node.execute(encoded(scan_command(cursor, match, count, _type)))
                 yield from found
                 if cursor == b"0":
                     break
@@ -116,7 +116,7 @@ class Connection(Commands[Any]):
         for node in self._nodes(await plans.arun(self._scan_nodes(), _bridge())):
             cursor: Any = 0
             while True:
-                command = scan_command(cursor, match, count, _type)
+                command = encoded(scan_command(cursor, match, count, _type))
                 cursor, found = await node.execute(command, _bridge())
                 for key in found:
                     yield key

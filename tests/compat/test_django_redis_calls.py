@@ -273,6 +273,9 @@ def test_scan_iter_yields_raw_keys(caches_on: Any) -> None:
 
     assert asyncio.run(collect()) == expected
     assert set(conn.scan_iter(_type="hash")) == set()
+    assert set(conn.scan_iter(match=memoryview(b":1:k1*"))) == {
+        k for k in expected if k.startswith(b":1:k1")
+    }
 
 
 # The same calls through redis-py and through get_redis_connection, each on an empty server.
