@@ -163,6 +163,11 @@ class NearClient(Topology):
             self._store.track([inner], self._check_db)
         else:
             self._follow()
+            # A router that learns of a switch between calls (Sentinel's events) says so:
+            # the new primary is tracked, and what was kept dropped, before the next hit.
+            changes = getattr(inner, "on_primary_change", None)
+            if changes is not None:
+                changes(self._follow)
         track(self)
         global _every
         with _joining:

@@ -4,23 +4,36 @@ The primary is asked for on first use, and again when a call to it finds the con
 refused or broken (then the call is retried once if the primary moved), when it answers
 READONLY (a demoted primary; the write was not applied, so it is retried), and on the call
 after a timeout. Reads go through a ReplicaRouter whose primary is the followed primary.
+
+Between those, the sentinels' events (sentinel_events.py) move writes at once: when a failover
+picks the replica to promote, writes are held (each for at most SOCKET_TIMEOUT, then it fails
+as a timeout) so none lands on the old primary once the replica is promoted, which would lose
+it; they are released to the replica the moment it answers as a primary, or to the old one if
+the failover is aborted. A switch learnt this way tells the near cache (``on_primary_change``),
+which then tracks the new primary and drops what it kept.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redoxide import plans
 from redoxide._redoxide import Bridge, Client
+from redoxide._registry import track
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ReadOnlyError
 from redoxide.options import Config
 from redoxide.plans import Plan
 from redoxide.topology.base import Router
 from redoxide.topology.calls import Call
 from redoxide.topology.flight import Flight
-from redoxide.topology.nodes import discovery_budget, new_client, node_client
+from redoxide.topology.nodes import discovery_budget, new_client, node_client, split_address
 from redoxide.topology.replicas import ReplicaRouter
+from redoxide.topology.sentinel_events import HOLD_LIMIT, SentinelWatcher
 
 __all__ = ["MIN_REFRESH_INTERVAL", "SentinelPrimary", "SentinelRouter"]
 
@@ -48,6 +61,44 @@ class SentinelPrimary(Router):
         self._learnt_at = -1.0
         self._last_error = "not asked yet"
         self._flight = Flight()
+        #: Writes wait while this is set (a failover is promoting a replica); see _event.
+        self._hold: threading.Event | None = None
+        self._hold_until = 0.0
+        self._hold_from: tuple[str, int] | None = None  # the sentinel leading that failover
+        #: Addresses the primary moved away from: a sentinel that still names one of them has
+        #: not heard of the switch yet (asked last, believed only if every sentinel does).
+        self._left: set[tuple[str, int]] = set()
+        self._listeners: list[Callable[[], Any]] = []
+        self._switches = 0  # switches the events made (a discovery begun before one yields)
+        self._changes = threading.Lock()  # one switch at a time
+        self.watcher = SentinelWatcher(
+            self,
+            list(config.servers.sentinels),
+            (config.servers.sentinel_username, config.servers.sentinel_password),
+            config.connection.connect_timeout,
+        )
+        self._closed = False
+        track(self)
+
+    def after_fork(self) -> None:
+        # The child has no watcher thread and has missed what the sentinels said since the
+        # fork: it asks again on its next call, which starts a watcher of its own.
+        self.watcher.after_fork()
+        self._changes = threading.Lock()
+        self._release()
+        self.suspect = True
+        self._learnt_at = -1.0
+
+    def close(self) -> None:
+        """Stop following the sentinels' events (calls still ask them when in doubt)."""
+        self._closed = True
+        self.watcher.stop()
+        self._release()
+
+    def on_primary_change(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` (from the watcher's thread) after each switch of primary that
+        the sentinels' events announce."""
+        self._listeners.append(callback)
 
     @property
     def sentinels(self) -> list[Any]:
@@ -66,6 +117,10 @@ class SentinelPrimary(Router):
         errors = []
         deadline = time.monotonic() + discovery_budget(self._config)
         sentinels = list(self._sentinels)
+        if not self._closed:
+            self.watcher.start()  # lazily, on first use (and again in a forked child)
+        behind: tuple[Any, Any, list[bytes]] | None = None
+        switches = self._switches
         for sentinel in sentinels:
             if time.monotonic() > deadline:
                 errors.append("out of time")
@@ -82,9 +137,19 @@ class SentinelPrimary(Router):
             if not addr:
                 errors.append(f"{sentinel.address}: does not know {self.service!r}")
                 continue
-            self._adopt(addr, replicas)
+            if (addr[0].decode(), int(addr[1])) in self._left:
+                if behind is None:  # has not heard of the switch yet, unless nobody has
+                    behind = (sentinel, addr, replicas)
+                continue
+            self._adopt(addr, replicas, switches)
             # The sentinel that answered is asked first next time (one assignment: other
             # threads may be reading the list).
+            self._sentinels = [sentinel] + [s for s in sentinels if s is not sentinel]
+            return self.node
+        if behind is not None:
+            sentinel, addr, replicas = behind
+            self._left.discard((addr[0].decode(), int(addr[1])))
+            self._adopt(addr, replicas, switches)
             self._sentinels = [sentinel] + [s for s in sentinels if s is not sentinel]
             return self.node
         self._learnt_at = time.monotonic()
@@ -93,7 +158,7 @@ class SentinelPrimary(Router):
         )
         raise ConnectionInterrupted(self._last_error)
 
-    def _adopt(self, addr: list[bytes], replicas: list[Any]) -> None:
+    def _adopt(self, addr: list[bytes], replicas: list[Any], switches: int) -> None:
         config = self._config
         host, port = addr[0].decode(), int(addr[1])
         primary = node_client(config, host, port, db=config.servers.db)
@@ -110,9 +175,162 @@ class SentinelPrimary(Router):
                     config, fields[b"ip"].decode(), int(fields[b"port"]), db=config.servers.db
                 )
             )
-        self.node, self.replicas = primary, found
-        self._learnt_at = time.monotonic()
-        self.suspect = False
+        with self._changes:
+            before = self.node
+            if self._switches != switches:
+                # The events switched the primary while the sentinels were asked: their
+                # answer may predate the switch; the events' primary stands.
+                primary = before  # type: ignore[assignment]  # not None: switched to
+            else:
+                self.node, self.replicas = primary, found
+            self._learnt_at = time.monotonic()
+            self.suspect = self.node is None
+        if before is not None and before is not primary:
+            self._leave(before, (host, port))
+            self._tell()
+
+    # -- the sentinels' events (called from the watcher's thread)
+
+    def _event(
+        self, channel: str, kind: str, host: str, port: int, sentinel: tuple[str, int]
+    ) -> None:
+        """One event of this service: `kind` is the instance it is about ("master", "slave",
+        "sentinel"), `host` and `port` its address (for +switch-master: the new primary's)."""
+        if channel in ("+selected-slave", "+failover-state-send-slaveof-noone"):
+            self._start_hold(host, port, sentinel)
+        elif channel == "+failover-state-wait-promotion":
+            if self._hold is None:
+                self._start_hold(host, port, sentinel)
+        elif channel in ("+promoted-slave", "+switch-master"):
+            self._switch_to(host, port, sentinel)
+        elif channel.startswith("-failover-abort") or channel == "+failover-end-for-timeout":
+            if self._hold_from in (sentinel, None):
+                self._release()
+                self._stale_now()
+        elif channel in ("+odown", "+sdown", "+reset-master") and kind == "master":
+            self._stale_now()  # the primary is in doubt
+        elif channel == "+convert-to-slave" and (host, port) == _address(self.node):
+            self._stale_now()  # our primary is being demoted
+        elif self._config.servers.read_from_replicas and kind == "slave" and channel in (
+            "+slave", "+sdown", "-sdown", "+slave-reconf-done", "+convert-to-slave",
+            "-odown", "+reboot",
+        ):  # fmt: skip
+            self._stale_now()  # the replicas to read from change: read them again
+
+    def _stale_now(self) -> None:
+        """Ask the sentinels again on the next call."""
+        self.suspect = True
+        self._learnt_at = -1.0
+
+    def _lost_sentinel(self, address: tuple[str, int]) -> None:
+        """The watcher's connection to a sentinel broke: a hold it started cannot be ended
+        by its events any more."""
+        if self._hold is not None and self._hold_from == address:
+            self._release()
+            self._stale_now()
+
+    def _start_hold(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
+        """A failover chose the replica at host:port: hold writes until it is promoted."""
+        if self._hold is not None or (host, port) == _address(self.node):
+            return
+        hold = threading.Event()
+        self._hold_until = time.monotonic() + HOLD_LIMIT
+        self._hold_from = sentinel
+        self._hold = hold
+        self.suspect = True  # writes take the slow path, which waits on the hold
+        threading.Thread(
+            target=self._await_promotion, args=(hold, host, port, sentinel), daemon=True,
+            name="redoxide-sentinel-promotion",
+        ).start()  # fmt: skip
+
+    def _await_promotion(
+        self, hold: threading.Event, host: str, port: int, sentinel: tuple[str, int]
+    ) -> None:
+        """Ask the chosen replica for its role until it is a primary (then switch to it), the
+        hold ends otherwise, or HOLD_LIMIT passes."""
+        config = self._config
+        node = node_client(config, host, port, db=config.servers.db)
+        while self._hold is hold and time.monotonic() < self._hold_until:
+            try:
+                role = node.execute(("ROLE",))
+            except CacheError:
+                role = None
+            if role and role[0] in (b"master", "master"):
+                self._switch_to(host, port, sentinel)
+                return
+            hold.wait(0.005)
+        if self._hold is hold:  # neither promoted nor aborted in time: as without a watcher
+            self._release()
+            self._stale_now()
+
+    def _switch_to(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
+        """The primary is now host:port (the sentinels' events say so): writes go there from
+        the next call on, held ones included."""
+        config = self._config
+        with self._changes:
+            node = node_client(config, host, port, db=config.servers.db)
+            before = self.node
+            if before is not node:
+                self._leave(before, (host, port))
+                self.node = node
+                self.replicas = [r for r in self.replicas if r is not node]
+                self._learnt_at = time.monotonic()
+                # Ask the sentinel that announced it first: the others may lag behind.
+                first = [s for s in self._sentinels if _address(s) == sentinel]
+                self._sentinels = first + [s for s in self._sentinels if s not in first]
+                self._switches += 1
+            self.suspect = False
+        if before is not node:
+            self._tell()  # before the held writes go: a near cache tracks the new primary
+        self._release()
+
+    def _leave(self, before: Client | None, now: tuple[str, int]) -> None:
+        left = _address(before)
+        if left is not None:
+            self._left.add(left)
+        self._left.discard(now)
+
+    def _tell(self) -> None:
+        for callback in list(self._listeners):
+            with contextlib.suppress(Exception):  # a listener must not stop a switch
+                callback()
+
+    def _release(self) -> None:
+        hold, self._hold, self._hold_from = self._hold, None, None
+        if hold is not None:
+            hold.set()
+
+    def _wait_hold(self, bridge: Bridge | None = None) -> Any:
+        """A step: wait until no failover holds writes, for at most SOCKET_TIMEOUT."""
+        if bridge is not None:
+            return self._await_hold()
+        hold = self._hold
+        if hold is not None and not hold.wait(self._hold_wait()):
+            self._held_too_long()
+        return None
+
+    async def _await_hold(self) -> None:
+        deadline = time.monotonic() + self._hold_wait()
+        hold = self._hold
+        while hold is not None and not hold.is_set():
+            if time.monotonic() >= deadline:
+                self._held_too_long()
+            await asyncio.sleep(0.002)
+
+    def _hold_wait(self) -> float:
+        return max(
+            0.0, min(self._config.connection.socket_timeout, self._hold_until - time.monotonic())
+        )
+
+    def _held_too_long(self) -> None:
+        if self._hold is not None and time.monotonic() >= self._hold_until:
+            self._release()
+            self._stale_now()
+            return  # the hold lapsed: the write goes where the sentinels name
+        raise CacheTimeout(
+            f"a failover of {self.service!r} is promoting a replica: the write waited "
+            f"SOCKET_TIMEOUT for it and was not sent"
+        )
 
     def _fresh(self) -> bool:
         return time.monotonic() - self._learnt_at < MIN_REFRESH_INTERVAL
@@ -179,7 +397,15 @@ class SentinelPrimary(Router):
         except CacheError as exc:
             return await plans.arun(self._recover(exc, primary, call), bridge)
 
+    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+        primary = self.node
+        if primary is not None and self._hold is not None:
+            return call.on(primary, bridge)  # a hold is for writes: the old primary has it all
+        return self._write(call, bridge)
+
     def _discover_then_call(self, call: Call) -> Plan[Any]:
+        if self._hold is not None:
+            yield self._wait_hold, ()
         primary = yield self.primary_now, ()
         try:
             return (yield call.step(primary))
@@ -194,10 +420,21 @@ class SentinelPrimary(Router):
             raise exc
         if not isinstance(exc, (ConnectionInterrupted, ReadOnlyError)):
             raise exc
-        now = yield self.relearn, ()
+        if self._hold is not None:
+            yield self._wait_hold, ()
+        now = self.node
+        if now is primary or now is None or self.suspect:
+            now = yield self.relearn, ()
         if now is primary:
             raise exc
         return (yield call.step(now))
+
+
+def _address(node: Any) -> tuple[str, int] | None:
+    """A client's (host, port)."""
+    if node is None:
+        return None
+    return split_address(node.address)
 
 
 class SentinelRouter(Router):
@@ -209,6 +446,14 @@ class SentinelRouter(Router):
 
     def __repr__(self) -> str:
         return f"<redoxide SentinelRouter {self.primary.service}>"
+
+    def on_primary_change(self, callback: Callable[[], Any]) -> None:
+        """See SentinelPrimary.on_primary_change."""
+        self.primary.on_primary_change(callback)
+
+    def close(self) -> None:
+        """Stop following the sentinels' events."""
+        self.primary.close()
 
     def primaries(self) -> tuple[Client, ...] | None:
         return self.primary.primaries()
