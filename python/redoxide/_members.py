@@ -14,6 +14,7 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redoxide._values import as_bytes
 from redoxide.exceptions import SerializationError
 
 if TYPE_CHECKING:
@@ -57,12 +58,14 @@ class StructuresBase:
         _protocol: int
         _compress: bool
         _compress_min: int
+        _check_encoded: bool
         _failed: Callable[[BaseException, Any], Any]
 
         def _key(self, key: Any, version: int | None) -> str: ...
         def _keys(self, keys: Iterable[Any], version: int | None) -> list[str]: ...
         def _encode(self, value: Any, key: Any = None) -> bytes: ...
         def _decode(self, data: bytes, key: Any) -> Any: ...
+        def _checked(self, value: Any, data: Any, key: Any) -> bytes: ...
         def _run(self, plan: Plan[T], fallback: Any = None) -> T: ...
         async def _arun(self, plan: Plan[T], fallback: Any = None) -> T: ...
 
@@ -77,10 +80,13 @@ class StructuresBase:
                 value, _MEMBER_PROTOCOL if protocol == pickle.HIGHEST_PROTOCOL else protocol
             )
         else:
-            dumped = self._serializer.dumps(value)
-            data = dumped.encode() if isinstance(dumped, str) else dumped
+            data = self._serializer.dumps(value)
+            if type(data) is not bytes:
+                data = as_bytes(data, "SERIALIZER", self._serializer)
         if self._compress and len(data) >= self._compress_min:
             data = self._compressor.compress(data)
+        if self._check_encoded:  # a user's codec: raw digits only for what reads back as them
+            data = self._checked(value, data, None)
         return data
 
     def _decode_set(self, replies: Iterable[bytes], key: Any) -> set[Any]:

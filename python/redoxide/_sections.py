@@ -89,6 +89,9 @@ class Values:
 
     serializer: Serializer = field(default_factory=PickleSerializer)
     compressor: BaseCompressor = field(default_factory=IdentityCompressor)
+    #: Serialized values shorter than this are stored uncompressed, whatever the compressor:
+    #: COMPRESS_MIN_LENGTH, else the compressor's own min_length, else 0 (it decides).
+    compress_min_length: int = 0
 
     @property
     def signed(self) -> bool:

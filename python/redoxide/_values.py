@@ -5,6 +5,11 @@ rules, kept to the millisecond; ints (not bools) are stored as raw digits, every
 serialized, then compressed above a threshold. With redoxide's own serializers and compressors a
 read recognises compressed data by its magic bytes, whatever COMPRESSOR is now; with a user's
 serializer or compressor it asks them first (see _decode_custom).
+
+Raw digits are always read as an int, as Django's builtin and django-redis read them, so a
+user's codec whose output for another value is raw digits (a str "0042" written as it is)
+would have that value read back as something else: such a write raises EncodingError instead
+(see _checked), unless the user's codec itself reads those digits back as the same int.
 """
 
 from __future__ import annotations
@@ -23,18 +28,35 @@ from django.core.cache.backends.base import (
 )
 
 from redoxide.compressors import MAX_VALUE_SIZE, decompress_any, looks_compressed
-from redoxide.exceptions import SerializationError
+from redoxide.exceptions import EncodingError, SerializationError
 
 if TYPE_CHECKING:
     from redoxide.compressors import BaseCompressor
     from redoxide.serializers import Serializer
 
-__all__ = ["ValuesMixin"]
+__all__ = ["ValuesMixin", "as_bytes"]
 
 # Keys Django warns about (memcached-unsafe): control characters, space, DEL.
 _UNSAFE_KEY = re.compile(r"[\x00-\x20\x7f]")
 # The longest expiry, in ms, that Redis can add to its clock without overflowing.
 _MAX_TTL_MS = 2**62
+
+
+def _is_raw_int(data: bytes) -> bool:
+    """Whether a read takes these stored bytes for an int (see ValuesMixin._decode)."""
+    return data.isdigit() or (data[:1] == b"-" and data[1:].isdigit())
+
+
+def as_bytes(data: Any, role: str, codec: Any) -> bytes:
+    """A codec's output as bytes: str in UTF-8, bytes-like objects copied, nothing else."""
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise EncodingError(
+        f"{role} {type(codec).__name__} returned {type(data).__name__}, not bytes or str; "
+        "nothing was written"
+    )
 
 
 def _too_large(key: Any, size: int) -> ValueError:
@@ -65,6 +87,10 @@ class ValuesMixin:
         _failed: Callable[[BaseException, Any], Any]
 
         def validate_key(self, key: str) -> None: ...
+
+    #: A user's SERIALIZER or COMPRESSOR: a write checks that what it wrote reads back as the
+    #: value (_checked). Set by RedisCache; redoxide's own codecs need no check.
+    _check_encoded: bool = False
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -134,13 +160,59 @@ class ValuesMixin:
             data = pickle.dumps(value, self._protocol)
         else:
             data = self._serializer.dumps(value)
-            if isinstance(data, str):
-                data = data.encode()
+            if self._check_encoded:
+                return self._encode_custom(value, data, key)
         if self._compress and len(data) >= self._compress_min:
             data = self._compressor.compress(data)
+            if self._check_encoded:  # a user's compressor
+                data = self._checked(value, data, key)
         if len(data) > MAX_VALUE_SIZE:
             raise _too_large(key, len(data))
         return data
+
+    def _encode_custom(self, value: Any, dumped: Any, key: Any) -> bytes:
+        """The rest of _encode for what a user's serializer returned."""
+        data = dumped if type(dumped) is bytes else as_bytes(dumped, "SERIALIZER", self._serializer)
+        if self._compress and len(data) >= self._compress_min:
+            data = self._compressor.compress(data)
+        data = self._checked(value, data, key)
+        if len(data) > MAX_VALUE_SIZE:
+            raise _too_large(key, len(data))
+        return data
+
+    def _checked(self, value: Any, data: Any, key: Any) -> bytes:
+        """Return what a user's codec wrote for value, as bytes; raise EncodingError if a read
+        would give something else: raw digits are read as an int before any codec is asked
+        (the int-as-raw convention), so they are stored only for a value that is that int, or
+        when the user's codec itself reads them back as that int (JSON does)."""
+        stored: bytes = (
+            data if type(data) is bytes else as_bytes(data, "COMPRESSOR", self._compressor)
+        )
+        if not _is_raw_int(stored):
+            return stored
+        try:
+            number: int | None = int(stored)
+        except ValueError:  # past Python's digit limit: a read of it fails as well
+            number = None
+        if number is not None:
+            if type(value) is int and value == number:  # a sorted-set member: ints serialized
+                return stored
+            try:
+                read = self._decode_custom(stored)
+            except Exception:
+                read = None
+            if type(read) is int and read == number:
+                return stored
+        shown = stored if len(stored) <= 40 else stored[:40] + b"..."
+        where = "" if key is None else f" for key {key!r}"
+        raise EncodingError(
+            f"the {type(value).__name__} value{where} was encoded by SERIALIZER "
+            f"{type(self._serializer).__name__} as the raw digits {shown!r}, which a read takes "
+            "for an int before any serializer is asked (ints are stored raw, as Django and "
+            "django-redis store them, so INCR works): it would not read back as it was. "
+            "Nothing was written; make the serializer write such values in a form of its own "
+            "(e.g. with a prefix), as pickle, JSON and MessagePack do"
+        )
 
     def _decode(self, data: bytes, key: Any) -> Any:
         try:

@@ -22,6 +22,7 @@ __all__ = [
     "CredentialProviderError",
     "CrossSlotError",
     "DataError",
+    "EncodingError",
     "InternalError",
     "LoadingError",
     "LockError",
@@ -206,6 +207,13 @@ def response_error(
 
 class SerializationError(CacheError, ValueError):
     """A value stored in the cache could not be decoded."""
+
+
+class EncodingError(CacheError, ValueError):
+    """A value could not be stored faithfully with the configured SERIALIZER and COMPRESSOR:
+    its bytes would read back as another value (raw digits read as an int), or a codec
+    returned something other than bytes. Nothing was written. Like an unpicklable value, it
+    is a programming error: raised under fail-open too."""
 
 
 class DataError(CacheError, TypeError, ValueError):

@@ -23,6 +23,7 @@ import hmac
 from collections.abc import Iterable
 from typing import Any
 
+from redoxide._values import as_bytes
 from redoxide.exceptions import ConfigurationError, SerializationError
 from redoxide.serializers import PickleSerializer, Serializer
 
@@ -85,8 +86,8 @@ class SignedSerializer:
 
     def dumps(self, value: Any) -> bytes:
         data = self.serializer.dumps(value)
-        if isinstance(data, str):
-            data = data.encode()
+        if type(data) is not bytes:
+            data = as_bytes(data, "SERIALIZER", self.serializer)
         return MAGIC + self._sign_key.tag(data) + data
 
     def loads(self, data: bytes) -> Any:
