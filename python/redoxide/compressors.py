@@ -178,7 +178,9 @@ class BaseCompressor:
 
     `level` is the compression level (each compressor documents its range and default);
     values shorter than `min_length` bytes are stored uncompressed. Both can also be set as
-    class attributes of a subclass.
+    class attributes of a subclass. The cache applies the threshold itself (COMPRESS_MIN_LENGTH,
+    else this `min_length`) before calling `compress`, so a compressor of any class, even one
+    without `min_length`, is handed only values at least that long.
     """
 
     #: Values shorter than this many bytes are stored uncompressed.

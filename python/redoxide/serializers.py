@@ -65,7 +65,13 @@ def _library(serializer: str, library: str | None, choices: tuple[str, str]) -> 
 
 
 class Serializer(Protocol):
-    """What redoxide needs from a serializer."""
+    """What redoxide needs from a serializer.
+
+    `dumps` may return bytes, a str (stored as UTF-8), a bytearray or a memoryview. Raw ASCII
+    digits (optionally after "-") are read as an int before `loads` is asked, so a value
+    that is not an int must not be written as them unless `loads` reads them as that same int:
+    the cache refuses such a write with EncodingError (docs/options.md, "Raw digits are ints").
+    """
 
     def dumps(self, value: Any) -> bytes: ...
 
