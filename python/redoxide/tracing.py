@@ -102,8 +102,9 @@ def operation(method: str) -> str:
     return _NAMED.get(method) or method.upper()
 
 
-#: Django's cache API and django-redis' classic extras, with their operations (what the
-#: debug toolbar's panel records). Every method is traced: see traced_methods().
+#: Django's cache API and django-redis' classic extras, with their operations: what this
+#: table held when only these were traced, kept for code that reads it. Every method that
+#: talks to the server is traced now: see traced_methods().
 METHODS: dict[str, str] = {
     name: operation(name)
     for name in (

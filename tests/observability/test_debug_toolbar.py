@@ -86,3 +86,18 @@ def test_a_failed_call_is_listed_as_an_error(panel: Any) -> None:
         panel.disable_instrumentation()
     panel.generate_stats(None, None)
     assert [(c["method"], c["outcome"]) for c in panel.get_stats()["calls"]] == [("incr", "error")]
+
+
+def test_the_panel_lists_structure_calls_too(panel: Any) -> None:
+    cache = caches["default"]
+    panel.enable_instrumentation()
+    try:
+        assert cache.lpush("queue", "a") == 1
+        assert asyncio.run(cache.asadd("tags", "x")) == 1
+        assert cache.hset("h", "f", 1) == 1
+        assert cache.pexpire("queue", 10_000)
+    finally:
+        panel.disable_instrumentation()
+    panel.generate_stats(None, None)
+    calls = [(c["method"], c["key"]) for c in panel.get_stats()["calls"]]
+    assert calls == [("lpush", "queue"), ("asadd", "tags"), ("hset", "h"), ("pexpire", "queue")]

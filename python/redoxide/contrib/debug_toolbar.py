@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from django.template import Context, Engine
 
 from redoxide._configured import redoxide_caches
-from redoxide.tracing import METHODS
+from redoxide.tracing import traced_methods
 
 try:
     from debug_toolbar.panels import Panel
@@ -130,12 +131,12 @@ def _recording_class(base: type[Any]) -> type[Any]:
     if known is not None:
         return known
     namespace: dict[str, Any] = {"__module__": base.__module__, "_redoxide_recorded": True}
-    for method in METHODS:
-        sync, asynchronous = getattr(base, method, None), getattr(base, "a" + method, None)
-        if callable(sync):
-            namespace[method] = _wrap_sync(method, sync)
-        if callable(asynchronous):
-            namespace["a" + method] = _wrap_async(method, asynchronous)
+    for name, method in traced_methods(base).items():  # every method that talks to the server
+        original = getattr(base, name)
+        if inspect.isgeneratorfunction(original) or inspect.isasyncgenfunction(original):
+            continue  # an iterator's round trips happen while it is read
+        wrap = _wrap_async if inspect.iscoroutinefunction(original) else _wrap_sync
+        namespace[name] = wrap(method, original)
     cls = type(base.__name__, (base,), namespace)
     cls.__qualname__ = base.__qualname__
     _classes[base] = cls
