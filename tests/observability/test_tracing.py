@@ -291,3 +291,19 @@ def test_the_key_a_raw_span_records_is_the_one_the_slot_follows() -> None:
     for command in commands:
         key = first_key(command)
         assert slot_of(command) == (None if key is None else key_slot(key)), command
+
+
+def test_structure_methods_record_their_key_only_when_asked(
+    make_cache: Any, spans: InMemorySpanExporter, mode: str
+) -> None:
+    ops = Ops(make_cache(TRACING=True, TRACING_KEYS=True, KEY_PREFIX="p"), mode)
+    ops.lpush("q", "secret-value", version=2)
+    ops.hset("h", "f", "secret-value", None, 3)
+    ops.smove("from", "to", "secret-value")
+    ops.sinter("a", "b")
+    texts = [dict(s.attributes or {}).get("db.query.text") for s in spans.get_finished_spans()]
+    assert texts == ["LPUSH p:2:q", "HSET p:3:h", "SMOVE p:1:from", None]
+    spans.clear()
+    Ops(make_cache(TRACING=True, KEY_PREFIX="p"), mode).lpush("q", "v")
+    (span,) = spans.get_finished_spans()
+    assert "db.query.text" not in dict(span.attributes or {})
