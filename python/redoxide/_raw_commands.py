@@ -13,7 +13,6 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from redoxide._protocols import Arg
 from redoxide._raw_args import (
     Expiry,
     Moment,
@@ -28,12 +27,14 @@ from redoxide._raw_args import (
 )
 from redoxide.exceptions import DataError
 
-__all__ = ["Commands", "Convert", "Key", "as_is", "lpos_options", "scan_command"]
+__all__ = ["Commands", "Convert", "Key", "Value", "as_is", "lpos_options", "scan_command"]
 
 R = TypeVar("R")
 Convert = Callable[[Any], Any]
-#: A key, a field or a value, as redis-py accepts them.
-Key = str | bytes
+#: A key or a field, as redis-py accepts them.
+Key = str | bytes | bytearray | memoryview
+#: A value, as redis-py's encoder takes them (a bool, None or any other type: DataError).
+Value = Key | int | float
 
 
 def as_is(reply: Any) -> Any:
@@ -90,7 +91,7 @@ def _scan(reply: Any) -> tuple[int, list[Any]]:
     return int(reply[0]), reply[1]
 
 
-def _limit(offset: int | None, num: int | None, names: str) -> tuple[Arg, ...]:
+def _limit(offset: int | None, num: int | None, names: str) -> tuple[Value, ...]:
     """LIMIT offset num, both or neither (as redis-py insists)."""
     if (offset is None) != (num is None):
         raise DataError(f"{names} must both be specified")
@@ -175,21 +176,21 @@ def lpos_options(rank: int | None, count: int | None, maxlen: int | None) -> tup
     return tuple(item for option, value in given if value is not None for item in (option, value))
 
 
-def _count(command: tuple[Arg, ...], count: int | None) -> tuple[Arg, ...]:
+def _count(command: tuple[Value, ...], count: int | None) -> tuple[Value, ...]:
     return command if count is None else (*command, count)
 
 
 class Commands(Generic[R]):
     """The commands, each written once; ``_send`` decides what sending one means."""
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> R:
+    def _send(self, command: tuple[Value, ...], convert: Convert = as_is) -> R:
         raise NotImplementedError
 
     def _answer(self, reply: Any) -> R:
         """Answer without sending anything (redis-py's reply to mget() of no keys)."""
         raise NotImplementedError
 
-    def execute_command(self, *args: Arg) -> R:
+    def execute_command(self, *args: Value) -> R:
         """Send any command; return its reply unconverted (bytes, int, list, None, True)."""
         return self._send(args)
 
@@ -199,7 +200,7 @@ class Commands(Generic[R]):
     def set(
         self,
         name: Key,
-        value: Arg,
+        value: Value,
         ex: Expiry | None = None,
         px: Expiry | None = None,
         nx: bool = False,
@@ -231,7 +232,7 @@ class Commands(Generic[R]):
             xx,
             *(given is not None for _, given in conditions),
         )
-        command: tuple[Arg, ...] = ("SET", name, value)
+        command: tuple[Value, ...] = ("SET", name, value)
         if nx:
             command += ("NX",)
         elif xx:
@@ -284,9 +285,9 @@ class Commands(Generic[R]):
         self,
         name: Key,
         key: Key | None = None,
-        value: Arg | None = None,
-        mapping: Mapping[Key, Arg] | None = None,
-        items: Sequence[Arg] | None = None,
+        value: Value | None = None,
+        mapping: Mapping[Key, Value] | None = None,
+        items: Sequence[Value] | None = None,
     ) -> R:
         """HSET the fields of items (field, value, field, value...), then key = value, then
         mapping's; return how many were added."""
@@ -302,7 +303,7 @@ class Commands(Generic[R]):
     def hgetall(self, name: Key) -> R:
         return self._send(("HGETALL", name), _pairs_dict)
 
-    def sadd(self, name: Key, *values: Arg) -> R:
+    def sadd(self, name: Key, *values: Value) -> R:
         return self._send(("SADD", name, *values))
 
     def smembers(self, name: Key) -> R:
@@ -333,7 +334,7 @@ class Commands(Generic[R]):
         if nx and (gt or lt):
             raise DataError("Only one of 'nx', 'gt', or 'lt' may be defined.")
         chosen = (("NX", nx), ("XX", xx), ("CH", ch), ("INCR", incr), ("GT", gt), ("LT", lt))
-        command: tuple[Arg, ...] = ("ZADD", name, *(word for word, wanted in chosen if wanted))
+        command: tuple[Value, ...] = ("ZADD", name, *(word for word, wanted in chosen if wanted))
         for member, score in mapping.items():
             command += (score, member)
         return self._send(command, _float_or_none if incr else as_is)
@@ -341,8 +342,8 @@ class Commands(Generic[R]):
     def zrange(
         self,
         name: Key,
-        start: Arg,
-        end: Arg,
+        start: Value,
+        end: Value,
         desc: bool = False,
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
@@ -376,14 +377,14 @@ class Commands(Generic[R]):
             return self._answer([])  # as redis-py: no keys, no command, no values
         return self._send(("MGET", *names))
 
-    def mset(self, mapping: Mapping[Key, Arg]) -> R:
+    def mset(self, mapping: Mapping[Key, Value]) -> R:
         pairs = [item for pair in mapping.items() for item in pair]
         return self._send(("MSET", *pairs), _true)
 
-    def setex(self, name: Key, time: int | datetime.timedelta, value: Arg) -> R:
+    def setex(self, name: Key, time: int | datetime.timedelta, value: Value) -> R:
         return self._send(("SETEX", name, seconds(time), value), bool)
 
-    def setnx(self, name: Key, value: Arg) -> R:
+    def setnx(self, name: Key, value: Value) -> R:
         return self._send(("SETNX", name, value), bool)
 
     def getdel(self, name: Key) -> R:
@@ -419,7 +420,7 @@ class Commands(Generic[R]):
     def incrbyfloat(self, name: Key, amount: float = 1.0) -> R:
         return self._send(("INCRBYFLOAT", name, amount), _float)
 
-    def append(self, key: Key, value: Arg) -> R:
+    def append(self, key: Key, value: Value) -> R:
         return self._send(("APPEND", key, value))
 
     def strlen(self, name: Key) -> R:
@@ -508,7 +509,7 @@ class Commands(Generic[R]):
     def time(self) -> R:
         return self._send(("TIME",), lambda r: (int(r[0]), int(r[1])))
 
-    def publish(self, channel: Key, message: Arg) -> R:
+    def publish(self, channel: Key, message: Value) -> R:
         return self._send(("PUBLISH", channel, message))
 
     def flushdb(self, asynchronous: bool = False) -> R:
@@ -532,7 +533,7 @@ class Commands(Generic[R]):
     def hincrbyfloat(self, name: Key, key: Key, amount: float = 1.0) -> R:
         return self._send(("HINCRBYFLOAT", name, key, amount), _float)
 
-    def hsetnx(self, name: Key, key: Key, value: Arg) -> R:
+    def hsetnx(self, name: Key, key: Key, value: Value) -> R:
         return self._send(("HSETNX", name, key, value))
 
     def hlen(self, name: Key) -> R:
@@ -546,16 +547,16 @@ class Commands(Generic[R]):
 
     # -- lists ---------------------------------------------------------------------------------
 
-    def lpush(self, name: Key, *values: Arg) -> R:
+    def lpush(self, name: Key, *values: Value) -> R:
         return self._send(("LPUSH", name, *values))
 
-    def rpush(self, name: Key, *values: Arg) -> R:
+    def rpush(self, name: Key, *values: Value) -> R:
         return self._send(("RPUSH", name, *values))
 
-    def lpushx(self, name: Key, *values: Arg) -> R:
+    def lpushx(self, name: Key, *values: Value) -> R:
         return self._send(("LPUSHX", name, *values))
 
-    def rpushx(self, name: Key, *values: Arg) -> R:
+    def rpushx(self, name: Key, *values: Value) -> R:
         return self._send(("RPUSHX", name, *values))
 
     def lpop(self, name: Key, count: int | None = None) -> R:
@@ -576,19 +577,19 @@ class Commands(Generic[R]):
     def lindex(self, name: Key, index: int) -> R:
         return self._send(("LINDEX", name, index))
 
-    def lset(self, name: Key, index: int, value: Arg) -> R:
+    def lset(self, name: Key, index: int, value: Value) -> R:
         return self._send(("LSET", name, index, value), _true)
 
-    def lrem(self, name: Key, count: int, value: Arg) -> R:
+    def lrem(self, name: Key, count: int, value: Value) -> R:
         return self._send(("LREM", name, count, value))
 
-    def linsert(self, name: Key, where: str, refvalue: Arg, value: Arg) -> R:
+    def linsert(self, name: Key, where: str, refvalue: Value, value: Value) -> R:
         return self._send(("LINSERT", name, where, refvalue, value))
 
     def lpos(
         self,
         name: Key,
-        value: Arg,
+        value: Value,
         rank: int | None = None,
         count: int | None = None,
         maxlen: int | None = None,
@@ -600,13 +601,13 @@ class Commands(Generic[R]):
 
     # -- sets ----------------------------------------------------------------------------------
 
-    def srem(self, name: Key, *values: Arg) -> R:
+    def srem(self, name: Key, *values: Value) -> R:
         return self._send(("SREM", name, *values))
 
     def scard(self, name: Key) -> R:
         return self._send(("SCARD", name))
 
-    def sismember(self, name: Key, value: Arg) -> R:
+    def sismember(self, name: Key, value: Value) -> R:
         return self._send(("SISMEMBER", name, value))
 
     def spop(self, name: Key, count: int | None = None) -> R:
@@ -620,8 +621,8 @@ class Commands(Generic[R]):
     def zrevrange(
         self,
         name: Key,
-        start: Arg,
-        end: Arg,
+        start: Value,
+        end: Value,
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
@@ -661,7 +662,7 @@ class Commands(Generic[R]):
             return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
         return self._send(command)
 
-    def zrem(self, name: Key, *values: Arg) -> R:
+    def zrem(self, name: Key, *values: Value) -> R:
         return self._send(("ZREM", name, *values))
 
     def zcard(self, name: Key) -> R:
@@ -670,16 +671,16 @@ class Commands(Generic[R]):
     def zcount(self, name: Key, min: float | str, max: float | str) -> R:
         return self._send(("ZCOUNT", name, min, max))
 
-    def zscore(self, name: Key, value: Arg) -> R:
+    def zscore(self, name: Key, value: Value) -> R:
         return self._send(("ZSCORE", name, value), _float_or_none)
 
-    def zincrby(self, name: Key, amount: float, value: Arg) -> R:
+    def zincrby(self, name: Key, amount: float, value: Value) -> R:
         return self._send(("ZINCRBY", name, amount, value), _float)
 
     def zrank(
         self,
         name: Key,
-        value: Arg,
+        value: Value,
         withscore: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
@@ -691,7 +692,7 @@ class Commands(Generic[R]):
     def zrevrank(
         self,
         name: Key,
-        value: Arg,
+        value: Value,
         withscore: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:

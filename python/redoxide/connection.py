@@ -21,7 +21,7 @@ from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._protocols import Arg, ClientLike, Topology, reads_client, spans_primaries
 from redoxide._raw_args import encoded
-from redoxide._raw_commands import Commands, Convert, Key, as_is, scan_command
+from redoxide._raw_commands import Commands, Convert, Key, Value, as_is, scan_command
 from redoxide._redoxide import Client
 from redoxide.exceptions import ResponseError
 
@@ -34,7 +34,7 @@ class _AsyncCommands(Commands[Awaitable[Any]]):
     def __init__(self, client: ClientLike) -> None:
         self._client = client
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Awaitable[Any]:
+    def _send(self, command: tuple[Value, ...], convert: Convert = as_is) -> Awaitable[Any]:
         return plans.then(self._client.execute(encoded(command), _bridge()), convert)
 
     def _answer(self, reply: Any) -> Awaitable[Any]:
@@ -71,7 +71,7 @@ class Connection(Commands[Any]):
         self._client = client
         self._async = _AsyncCommands(client)
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Any:
+    def _send(self, command: tuple[Value, ...], convert: Convert = as_is) -> Any:
         return convert(self._client.execute(encoded(command)))
 
     def _answer(self, reply: Any) -> Any:
@@ -228,9 +228,9 @@ class Pipeline(Commands["Pipeline"]):
         self._client = client
         self._transaction = transaction
         # (command, convert); a None command answers convert(None) without being sent.
-        self._queued: list[tuple[tuple[Arg, ...] | None, Convert]] = []
+        self._queued: list[tuple[tuple[Value, ...] | None, Convert]] = []
 
-    def _send(self, command: tuple[Arg, ...], convert: Convert = as_is) -> Pipeline:
+    def _send(self, command: tuple[Value, ...], convert: Convert = as_is) -> Pipeline:
         self._queued.append((command, convert))  # encoded by execute(), as redis-py does
         return self
 
@@ -251,7 +251,7 @@ class Pipeline(Commands["Pipeline"]):
         """Forget the queued commands."""
         self._queued.clear()
 
-    def _take(self) -> tuple[list[tuple[tuple[Arg, ...] | None, Convert]], list[tuple[Arg, ...]]]:
+    def _take(self) -> tuple[list[tuple[tuple[Value, ...] | None, Convert]], list[tuple[Arg, ...]]]:
         """Empty the queue (sent or failed, as redis-py does): what was queued, and the
         commands to send (a DataError for an argument redis-py refuses: nothing is sent)."""
         queued, self._queued = self._queued, []
@@ -262,7 +262,7 @@ class Pipeline(Commands["Pipeline"]):
 
     def _finish(
         self,
-        queued: list[tuple[tuple[Arg, ...] | None, Convert]],
+        queued: list[tuple[tuple[Value, ...] | None, Convert]],
         replies: list[Any],
         raise_on_error: bool,
     ) -> list[Any]:
@@ -363,20 +363,20 @@ class RawClient:
         """The value stored as these bytes, as the cache reads it."""
         return self._cache._decode(value, None)
 
-    def execute(self, *args: Arg) -> Any:
+    def execute(self, *args: Value) -> Any:
         """Run one command and return its reply (bytes, int, list, None, True for OK).
         Arguments are taken as get_redis_connection() takes them (redis-py's rules)."""
         return self._client.execute(encoded(args))
 
-    async def aexecute(self, *args: Arg) -> Any:
+    async def aexecute(self, *args: Value) -> Any:
         """Run one command from async code."""
         return await self._client.execute(encoded(args), _bridge())
 
-    def pipeline(self, *commands: tuple[Arg, ...]) -> list[Any]:
+    def pipeline(self, *commands: tuple[Value, ...]) -> list[Any]:
         """Run several commands in one round trip (not a transaction); return the replies."""
         return self._client.pipeline([encoded(command) for command in commands])
 
-    async def apipeline(self, *commands: tuple[Arg, ...]) -> list[Any]:
+    async def apipeline(self, *commands: tuple[Value, ...]) -> list[Any]:
         """Run several commands in one round trip from async code."""
         return await self._client.pipeline([encoded(c) for c in commands], _bridge())
 
