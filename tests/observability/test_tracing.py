@@ -22,7 +22,7 @@ from redoxide.lock import AsyncLock, Lock
 from redoxide.topology.commands import first_key, key_slot, slot_of
 from support.backend import build_cache, is_redoxide
 from support.dispatch import Ops
-from support.servers import RedisServer, free_port
+from support.servers import Cluster, RedisServer, free_port
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's own tracing")
 
@@ -307,3 +307,25 @@ def test_structure_methods_record_their_key_only_when_asked(
     Ops(make_cache(TRACING=True, KEY_PREFIX="p"), mode).lpush("q", "v")
     (span,) = spans.get_finished_spans()
     assert "db.query.text" not in dict(span.attributes or {})
+
+
+def test_a_traced_cluster_cache_traces_each_nodes_scan_pages_and_its_calls(
+    cluster: Cluster, spans: InMemorySpanExporter
+) -> None:
+    options = {"CLUSTER": True, "TRACING": True}
+    cache = build_cache(cluster.urls[:1], {"KEY_PREFIX": "traced", "OPTIONS": options})
+    cache.set_many({f"k{i}": i for i in range(12)})
+    spans.clear()
+    assert len(cache.keys("k*")) == 12
+    assert [s.name for s in spans.get_finished_spans()] == ["keys"]
+    spans.clear()
+    conn = cache.client.get_client()
+    found = {key for key in conn.scan_iter(match="traced:1:k*", count=5)}
+
+    async def ascan() -> set[bytes]:
+        return {key async for key in conn.ascan_iter(match="traced:1:k*", count=5)}
+
+    assert found == asyncio.run(ascan()) and len(found) == 12
+    pages = [s.name for s in spans.get_finished_spans()]
+    assert set(pages) == {"SCAN"} and len(pages) >= 6  # each primary's pages, twice
+    assert cache.delete_pattern("k*") == 12
