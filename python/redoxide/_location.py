@@ -3,19 +3,32 @@ when the cache is configured; and hiding the secrets in a URL for messages."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from redoxide.exceptions import ConfigurationError
 
-__all__ = ["SCHEMES", "parse_location", "query_db", "redact"]
+__all__ = [
+    "POOL_KEYWORDS",
+    "QUERY_PARAMETERS",
+    "SCHEMES",
+    "parse_location",
+    "pool_keyword",
+    "query_db",
+    "query_options",
+    "redact",
+]
 
 SCHEMES = frozenset({"redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"})
 
 
 def redact(url: str) -> str:
-    """Return the URL with any password, and every query value but db, hidden."""
+    """Return the URL with any password hidden: in the user information, and in the query
+    (?password=, and the value of any parameter redoxide does not know, which may be a
+    misspelt password)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
@@ -31,7 +44,10 @@ def redact(url: str) -> str:
     base, question, query = rest.partition("?")
     if question:
         params = (p.partition("=") for p in query.split("&"))
-        query = "&".join(f"{k}{eq}{v if k == 'db' else '***' if eq else ''}" for k, eq, v in params)
+        query = "&".join(
+            f"{k}{eq}{v if k in QUERY_PARAMETERS and k != 'password' else '***' if eq else ''}"
+            for k, eq, v in params
+        )
     return f"{scheme}://{shown}{base}{question}{query}"
 
 
@@ -98,21 +114,263 @@ def parse_location(location: Any) -> tuple[str, ...]:
             )
         if parts.port == 0:
             raise ConfigurationError(f"redoxide: LOCATION {redact(url)!r}: port 0 is not a port")
+        if parts.fragment:
+            # redis-py ignores a fragment; redis-rs would read "#insecure" as "verify no
+            # certificate", unseen by the TLS settings and the deploy checks.
+            raise ConfigurationError(
+                f"redoxide: LOCATION {redact(url)!r} has a fragment (#...), which is no part of "
+                "a server's address (a # in a password must be written %23; to verify no "
+                "certificate, write ?ssl_cert_reqs=none)"
+            )
     return tuple(urls)
 
 
 def query_db(url: str) -> int | None:
-    """Return the database a URL names as ``?db=N`` (redis-py honours it, so we do too)."""
-    query = parse_qs(urlsplit(url).query, keep_blank_values=True)
-    unknown = sorted(set(query) - {"db"})
-    if unknown:
-        raise ConfigurationError(
-            f"redoxide: LOCATION {redact(url)!r} has unsupported query parameters: "
-            f"{', '.join(unknown)} (only db is understood; put options in OPTIONS)"
-        )
-    if "db" not in query:
-        return None
-    value = query["db"][-1]
-    if not value.isdigit():
-        raise ConfigurationError(f"redoxide: LOCATION {redact(url)!r}: db must be a number")
-    return int(value)
+    """Return the database a URL names as ``?db=N`` (redis-py honours it, so we do too),
+    after checking every query parameter (see query_options)."""
+    db: int | None = query_options(url).get("db")
+    return db
+
+
+# -- redis-py's options in the URL query -------------------------------------------------------
+#
+# django-redis and Django's builtin RedisCache hand LOCATION to redis-py's
+# ConnectionPool.from_url, whose parse_url reads options from the query (typed by
+# URL_QUERY_ARGUMENT_PARSERS; any other name is passed on as a string to the connection
+# class, so ?client_name=web works there too). Each name redis-py takes is below, by what
+# redoxide does with it:
+#   _HONOURED   the same setting as the OPTIONS name it maps to;
+#   _IGNORED    checked like redis-py checks it, then ignored: it tunes a pool, a retry or a
+#               health check redoxide does another way (docs/options.md says how);
+#   _REFUSED    refused with the reason: honouring it is impossible here, and ignoring it
+#               would silently change what the user asked for (a value that asks for
+#               redis-py's default is accepted).
+# Any other name is refused as unknown, naming it.
+
+_TRUE = frozenset({"1", "T", "TRUE", "Y", "YES", "ON"})
+_FALSE = frozenset({"0", "F", "FALSE", "N", "NO", "OFF"})  # redis-py's FALSE_STRINGS
+
+
+def _bool(value: str) -> bool:
+    # redis-py's to_bool takes any other text as True; a typo is an error here.
+    word = value.strip().upper()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError("must be true or false (1/0, yes/no, on/off)")
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError("must be a number of seconds") from None
+    if not math.isfinite(seconds) or not 0.001 <= seconds <= 86400:
+        raise ValueError("must be a number of seconds from 0.001 to 86400")
+    return seconds
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        text = value.strip()
+        if not text.isdigit() or int(text) < minimum:
+            raise ValueError(f"must be a whole number from {minimum}")
+        return int(text)
+
+    return parse
+
+
+def _wait(value: str) -> float:
+    return 0.0 if value.strip() in ("0", "0.0") else _seconds(value)
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def _cert_reqs(value: str) -> str:
+    # redis-py's words, and the ssl module's names Celery's rediss:// URLs carry.
+    word = value.strip().lower().removeprefix("cert_")
+    if word not in ("none", "optional", "required"):
+        raise ValueError('must be "none", "optional" or "required"')
+    return word
+
+
+def _names_list(value: str) -> list[str]:
+    names = [n.strip() for n in value.strip("[]").split(",")]
+    if not all(names):
+        raise ValueError("must be a comma-separated list of redis-py exception names")
+    return names
+
+
+#: name -> parser; each name is also the canonical OPTIONS name of the setting.
+_HONOURED: dict[str, Callable[[str], Any]] = {
+    "db": _count(0),
+    "socket_timeout": _seconds,
+    "socket_connect_timeout": _seconds,
+    "username": _text,
+    "password": _text,
+    "ssl_cert_reqs": _cert_reqs,
+    "ssl_check_hostname": _bool,
+    "ssl_ca_certs": _text,
+    "ssl_ca_data": _text,
+    "ssl_certfile": _text,
+    "ssl_keyfile": _text,
+}
+
+#: name -> parser: checked, then ignored (see docs/options.md, "Options in the URL").
+_IGNORED: dict[str, Callable[[str], Any]] = {
+    "max_connections": _count(1),  # no pool: one connection per server (per thread for sync)
+    "timeout": _wait,  # how long a BlockingConnectionPool waits for a free connection
+    "retry_on_timeout": _bool,  # a timeout is raised, never retried: the call used its time
+    "retry_on_error": _names_list,  # a broken connection is remade by the core
+    "socket_keepalive": _bool,  # a closed idle connection is noticed and remade
+    "socket_read_size": _count(1),  # redis-py's parser buffer
+    "health_check_interval": _count(0),  # a closed idle connection is noticed and remade
+}
+
+
+def _only(default: str, parse: Callable[[str], Any], reason: str) -> Callable[[str], None]:
+    """A parameter accepted only when it asks for what redoxide does anyway."""
+
+    def check(value: str) -> None:
+        if parse(value) != parse(default):
+            raise ValueError(reason)
+
+    return check
+
+
+def _never(reason: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        raise ValueError(reason)
+
+    return check
+
+
+def _tls_version(value: str) -> None:
+    # ssl.TLSVersion: MINIMUM_SUPPORTED -2, TLSv1 769 ... TLSv1_2 771, TLSv1_3 772.
+    text = value.strip()
+    version = int(text) if text.lstrip("-").isdigit() else None
+    if version is None:
+        raise ValueError("must be an ssl.TLSVersion number")
+    if not (version == -2 or version <= 771):
+        raise ValueError("cannot be honoured: redoxide cannot require TLS 1.3 (it takes 1.2 too)")
+
+
+_NOT_NAMED = (
+    "is not supported: redoxide does not name its connections (it sends CLIENT SETINFO "
+    "lib-name redoxide itself); remove it"
+)
+#: name -> check that raises ValueError(reason) unless the value is what redoxide does.
+_REFUSED: dict[str, Callable[[str], None]] = {
+    "protocol": _only(
+        "2",
+        lambda v: v.strip(),
+        "must be 2: redoxide speaks RESP2 to the data servers, and its raw client answers as "
+        "redis-py does with protocol 2 (the near cache's RESP3 connection is its own)",
+    ),
+    "decode_responses": _only(
+        "false",
+        _bool,
+        "must be false: the cache stores bytes, and the raw client answers bytes as redis-py "
+        "does by default",
+    ),
+    "encoding": _only(
+        "utf-8",
+        lambda v: v.strip().lower().replace("_", "-").replace("utf8", "utf-8"),
+        "must be utf-8: redoxide encodes str arguments as UTF-8",
+    ),
+    "encoding_errors": _only(
+        "strict", lambda v: v.strip().lower(), "must be strict: redoxide encodes strictly"
+    ),
+    "legacy_responses": _only(
+        "true", _bool, "must be true: the raw client answers in redis-py's classic shapes"
+    ),
+    "client_name": _never(_NOT_NAMED),
+    "lib_name": _never(_NOT_NAMED),
+    "lib_version": _never(_NOT_NAMED),
+    "ssl_validate_ocsp": _only("false", _bool, "must be false: redoxide does not check OCSP"),
+    "ssl_validate_ocsp_stapled": _only(
+        "false", _bool, "must be false: redoxide does not check OCSP"
+    ),
+    "ssl_min_version": _tls_version,
+    "ssl_include_verify_flags": _never("is not supported: the verification is rustls' own"),
+    "ssl_exclude_verify_flags": _never("is not supported: the verification is rustls' own"),
+    "ssl_ciphers": _never("is not supported: the cipher suites are rustls' own"),
+    "ssl_ca_path": _never(
+        "is not supported: give the CA certificates as one PEM file, ?ssl_ca_certs="
+    ),
+    "ssl_password": _never("is not supported: the client key must be an unencrypted PEM file"),
+}
+
+#: The query parameters LOCATION accepts (those of _REFUSED only with redoxide's own value).
+QUERY_PARAMETERS = frozenset({*_HONOURED, *_IGNORED, *_REFUSED})
+
+
+def query_options(url: str) -> dict[str, Any]:
+    """Check a URL's query parameters as redis-py's from_url reads them, and return what
+    they set, by canonical OPTIONS name (``db``, ``socket_timeout``, ``ssl_cert_reqs``...).
+
+    Raises ConfigurationError naming the parameter for an unknown name, a value redis-py
+    would refuse, a value given twice, or an option redoxide cannot honour."""
+    query = urlsplit(url).query
+    if not query:
+        return {}
+    found: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        where = f"redoxide: LOCATION {redact(url)!r}: ?{name}="
+        if name not in QUERY_PARAMETERS:
+            known = ", ".join(sorted({*_HONOURED, *_IGNORED}))
+            raise ConfigurationError(
+                f"{where} is not a parameter redoxide understands; the query may hold {known} "
+                "(see docs/options.md, or put the setting in OPTIONS)"
+            )
+        if name in seen:
+            if seen[name] != value:
+                raise ConfigurationError(f"{where} is given twice, with different values")
+            continue
+        seen[name] = value
+        if value.strip() == "":
+            raise ConfigurationError(f"{where} has no value")
+        try:
+            if name in _HONOURED:
+                found[name] = _HONOURED[name](value)
+            elif name in _IGNORED:
+                _IGNORED[name](value)
+            else:
+                _REFUSED[name](value)
+        except ValueError as exc:
+            # The value is shown to say what is wrong, except a password's.
+            shown = name != "password" and str(exc).startswith("must")
+            raise ConfigurationError(
+                f"{where} {exc}{f', not {value!r}' if shown else ''}"
+            ) from None
+    return found
+
+
+#: redis-py connection and pool keywords that Django's builtin backend passes on from its
+#: lower-case OPTIONS, and that no OPTIONS name of redoxide's covers: checked as in the query.
+POOL_KEYWORDS = frozenset({*_IGNORED, *_REFUSED, "retry"})
+
+
+def pool_keyword(name: str, value: Any) -> str | None:
+    """Check a redis-py keyword (POOL_KEYWORDS) given as a Python value in OPTIONS, as the
+    builtin backend hands it to redis-py's pool; return why it is refused, or None (ignored:
+    docs/options.md says what redoxide does instead)."""
+    if value is None or name in ("retry", "socket_keepalive_options"):
+        return None  # redis-py's default; a Retry object, the TCP keepalive tuning: ignored
+    if name == "retry_on_error" and isinstance(value, (list, tuple)):
+        return None  # exception classes: ignored
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (int, float, str)):
+        text = str(value)
+    else:
+        return f"must be a number, a string or True/False, not {type(value).__name__}"
+    try:
+        (_IGNORED.get(name) or _REFUSED[name])(text)
+    except ValueError as exc:
+        return f"{exc}, not {value!r}" if str(exc).startswith("must") else str(exc)
+    return None

@@ -66,16 +66,27 @@ def _pem_file(option: str, value: Any) -> bytes:
 
 
 def tls_settings(
-    options: dict[str, Any], names: dict[str, str], servers: tuple[str, ...]
+    options: dict[str, Any],
+    names: dict[str, str],
+    servers: tuple[str, ...],
+    query: dict[str, Any] | None = None,
 ) -> tuple[tuple[str, Any], ...]:
     """Return the Rust client's TLS keyword arguments as sorted (name, value) pairs.
 
     `options` maps canonical option names to values (the TLS ones are the lower-case names
     in TLS_OPTIONS; "pool_kwargs" is CONNECTION_POOL_KWARGS, whose ssl_* keys count too);
-    `names` gives the spelling the user wrote.
+    `names` gives the spelling the user wrote; `query` holds what LOCATION's query gives
+    (?ssl_cert_reqs=none...), which OPTIONS may repeat but not contradict.
     """
     given = {key: options[key] for key in TLS_OPTIONS.values() if key in options}
     shown = {key: f"OPTIONS[{names.get(key, key)!r}]" for key in given}
+    for key, value in (query or {}).items():
+        if key not in TLS_OPTIONS.values():
+            continue
+        if key in given and _normal(key, given[key]) != _normal(key, value):
+            raise _fail(shown[key], f"contradicts ?{key}= in LOCATION; give it in one place")
+        if key not in given:
+            given[key], shown[key] = value, f"LOCATION's ?{key}="
     pool = options.get("pool_kwargs")
     if isinstance(pool, dict):
         for key in TLS_OPTIONS.values():
@@ -92,6 +103,25 @@ def tls_settings(
     _certificates(given, shown, kwargs)
     _verification(given, shown, kwargs)
     return tuple(sorted(kwargs.items()))
+
+
+#: The words of ssl_cert_reqs, by the ssl module's constants.
+_CERT_REQS_WORDS: dict[Any, str] = {
+    None: "none",
+    ssl.CERT_NONE: "none",
+    ssl.CERT_OPTIONAL: "optional",
+    ssl.CERT_REQUIRED: "required",
+}
+
+
+def _normal(key: str, value: Any) -> Any:
+    """A TLS setting as compared between OPTIONS and LOCATION's query."""
+    if key == "ssl_cert_reqs":
+        if isinstance(value, str):
+            return value.lower()
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return _CERT_REQS_WORDS.get(value, value)
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _certificates(given: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:

@@ -44,7 +44,7 @@ def dead_url() -> str:
 BAD = [
     ("127.0.0.1:6379", None, "redoxide.E001", "host:port:db"),
     ("http://127.0.0.1:6379/0", None, "redoxide.E001", "schemes"),
-    ("redis://127.0.0.1:6379/0?timeout=3", None, "redoxide.E001", "timeout"),
+    ("redis://127.0.0.1:6379/0?timout=3", None, "redoxide.E001", "?timout="),
     ("redis://127.0.0.1:6379/0", {"SOKET_TIMEOUT": 1}, "redoxide.E002", "SOKET_TIMEOUT"),
     ("redis://127.0.0.1:6379/0", "not a dict", "redoxide.E002", "OPTIONS must be a dict"),
     (

@@ -157,11 +157,25 @@ def test_password_not_in_fail_open_logs(caplog: pytest.LogCaptureFixture) -> Non
         f"redis://u:{SECRET}/x@127.0.0.1:6379/0",
         f"redis://u:{SECRET}?x@127.0.0.1:6379/0",
         f"redis://u:{SECRET[:6]}#{SECRET[6:]}@127.0.0.1:6379/0",
-        f"redis://127.0.0.1:6379/0?password={SECRET}",
-        f"redis://127.0.0.1:6379/0?db=1&password={SECRET}",
+        f"redis://127.0.0.1:6379/0?password={SECRET}&nosuch=1",
+        f"redis://127.0.0.1:6379/0?db=x&password={SECRET}",
         f"rediss://u:{SECRET}@127.0.0.1:6379/0?ssl_keyfile=x",
+        f"redis://127.0.0.1:6379/0?pasword={SECRET}",
+        f"redis://u:other@127.0.0.1:6379/0?password={SECRET}",
+        f"redis://127.0.0.1:6379/0?password={SECRET}&password=x",
     ],
-    ids=["slash_before", "slash_after", "question", "hash", "query", "query_db", "query_tls"],
+    ids=[
+        "slash_before",
+        "slash_after",
+        "question",
+        "hash",
+        "query",
+        "query_db",
+        "query_tls",
+        "query_misspelt",
+        "query_and_userinfo",
+        "query_twice",
+    ],
 )
 def test_password_with_unescaped_characters_not_in_errors(location: str) -> None:
     """Regression: the password was shown when it held "/" or "?", or sat in the query."""
