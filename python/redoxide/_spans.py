@@ -186,6 +186,8 @@ class TracedAsyncLock(AsyncLock):
 
 def _command_text(command: Any) -> str:
     """A command as db.query.text records it: its name and its first key (never a value)."""
+    if not command:
+        return ""
     name = command_name(command)
     key = first_key(command)
     if key is None:
@@ -250,7 +252,7 @@ class TracedClient(Topology):
         return reply
 
     def get(self, key: Any, bridge: Any = None) -> Any:
-        return self._call("GET", lambda: f"GET {key}", self._inner.get, (key,), bridge)
+        return self._call("GET", lambda: f"GET {_text(key)}", self._inner.get, (key,), bridge)
 
     def set(
         self,
@@ -262,7 +264,7 @@ class TracedClient(Topology):
         bridge: Any = None,
     ) -> Any:
         args = (key, value, ttl_ms, nx, xx)
-        return self._call("SET", lambda: f"SET {key}", self._inner.set, args, bridge)
+        return self._call("SET", lambda: f"SET {_text(key)}", self._inner.set, args, bridge)
 
     def mget(self, keys: Iterable[Any], bridge: Any = None) -> Any:
         keys = list(keys)
@@ -282,7 +284,7 @@ class TracedClient(Topology):
         return self._call("MSET", text, self._inner.set_many, args, bridge)
 
     def execute(self, args: Any, bridge: Any = None) -> Any:
-        op = command_name(args)
+        op = command_name(args) if args else "?"  # no command: the client says what is wrong
         return self._call(op, lambda: _command_text(args), self._inner.execute, (args,), bridge)
 
     def pipeline(self, commands: Iterable[Any], bridge: Any = None) -> Any:
@@ -294,7 +296,7 @@ class TracedClient(Topology):
 
     def _batch(self, commands: Iterable[Any], send: Callable[..., Any], bridge: Any) -> Any:
         commands = [tuple(command) for command in commands]
-        names = [command_name(command) for command in commands]
+        names = [command_name(command) if command else "?" for command in commands]
         op, queued = "PIPELINE", len(names)
         if names[:1] == ["MULTI"] and names[-1:] == ["EXEC"] and queued >= 2:
             op, queued = "MULTI", queued - 2  # a transaction: its own commands are the batch
