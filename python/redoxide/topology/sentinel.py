@@ -202,7 +202,12 @@ class SentinelPrimary(Router):
             if self._hold is None:
                 self._start_hold(host, port, sentinel)
         elif channel in ("+promoted-slave", "+switch-master"):
-            self._switch_to(host, port, sentinel)
+            # Checked first: a sentinel that rejoins after a failover may announce one it
+            # missed, naming a primary that has been demoted since.
+            if self._is_primary(host, port):
+                self._switch_to(host, port, sentinel)
+            else:
+                self._stale_now()
         elif channel.startswith("-failover-abort") or channel == "+failover-end-for-timeout":
             if self._hold_from in (sentinel, None):
                 self._release()
@@ -248,20 +253,24 @@ class SentinelPrimary(Router):
     ) -> None:
         """Ask the chosen replica for its role until it is a primary (then switch to it), the
         hold ends otherwise, or HOLD_LIMIT passes."""
-        config = self._config
-        node = node_client(config, host, port, db=config.servers.db)
         while self._hold is hold and time.monotonic() < self._hold_until:
-            try:
-                role = node.execute(("ROLE",))
-            except CacheError:
-                role = None
-            if role and role[0] in (b"master", "master"):
+            if self._is_primary(host, port):
                 self._switch_to(host, port, sentinel)
                 return
             hold.wait(0.005)
         if self._hold is hold:  # neither promoted nor aborted in time: as without a watcher
             self._release()
             self._stale_now()
+
+    def _is_primary(self, host: str, port: int) -> bool:
+        """Whether the server at host:port says it is a primary (ROLE)."""
+        config = self._config
+        node = node_client(config, host, port, db=config.servers.db)
+        try:
+            role = node.execute(("ROLE",))
+        except CacheError:
+            return False
+        return bool(role) and role[0] in (b"master", "master")
 
     def _switch_to(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
         """The primary is now host:port (the sentinels' events say so): writes go there from
