@@ -16,11 +16,15 @@ __all__ = [
     "Expiry",
     "Moment",
     "check_one",
+    "counted",
     "encoded",
     "expire_flags",
     "expiry",
+    "limit_option",
     "list_or_args",
+    "lpos_options",
     "milliseconds",
+    "scan_command",
     "seconds",
     "unix",
     "unix_ms",
@@ -147,3 +151,31 @@ def expire_flags(nx: bool, xx: bool, gt: bool, lt: bool) -> tuple[str, ...]:
     return tuple(
         name for name, wanted in (("NX", nx), ("XX", xx), ("GT", gt), ("LT", lt)) if wanted
     )
+
+
+def limit_option(offset: int | None, num: int | None, names: str) -> tuple[Any, ...]:
+    """LIMIT offset num, both or neither (as redis-py insists)."""
+    if (offset is None) != (num is None):
+        raise DataError(f"{names} must both be specified")
+    return () if offset is None or num is None else ("LIMIT", offset, num)
+
+
+def scan_command(cursor: Any, match: Any, count: int | None, _type: str | None) -> Any:
+    command: tuple[Any, ...] = ("SCAN", cursor)
+    if match is not None:
+        command += ("MATCH", match)
+    if count is not None:
+        command += ("COUNT", count)
+    if _type is not None:
+        command += ("TYPE", _type)
+    return command
+
+
+def lpos_options(rank: int | None, count: int | None, maxlen: int | None) -> tuple[Any, ...]:
+    """LPOS's RANK, COUNT and MAXLEN, those given."""
+    given = (("RANK", rank), ("COUNT", count), ("MAXLEN", maxlen))
+    return tuple(item for option, value in given if value is not None for item in (option, value))
+
+
+def counted(command: tuple[Any, ...], count: int | None) -> tuple[Any, ...]:
+    return command if count is None else (*command, count)

@@ -4,7 +4,9 @@ its reply converts to what redis-py returns for it (RESP2 replies, bytes not dec
 ``Commands._send`` decides what sending means: ``connection.Connection`` runs the command,
 its async view returns an awaitable, ``connection.Pipeline`` queues it. A new command is one
 method here (and, on Connection, a one-line async twin); tests/compat check each reply
-against redis-py's for the same call on the same server.
+against redis-py's for the same call on the same server. How arguments go out (redis-py's
+encoder rules, its expiry options and checks) is ``_raw_args``'s; what replies become is
+``_raw_replies``'.
 """
 
 from __future__ import annotations
@@ -17,167 +19,42 @@ from redoxide._raw_args import (
     Expiry,
     Moment,
     check_one,
+    counted,
     expire_flags,
     expiry,
+    limit_option,
     list_or_args,
+    lpos_options,
     milliseconds,
+    scan_command,
     seconds,
     unix,
     unix_ms,
+)
+from redoxide._raw_replies import (
+    Convert,
+    as_is,
+    float_or_none,
+    ok,
+    pairs_dict,
+    parse_info,
+    pong,
+    rank_score,
+    scan_reply,
+    scores,
+    status,
+    to_float,
+    true,
 )
 from redoxide.exceptions import DataError
 
 __all__ = ["Commands", "Convert", "Key", "Value", "as_is", "lpos_options", "scan_command"]
 
 R = TypeVar("R")
-Convert = Callable[[Any], Any]
 #: A key or a field, as redis-py accepts them.
 Key = str | bytes | bytearray | memoryview
 #: A value, as redis-py's encoder takes them (a bool, None or any other type: DataError).
 Value = Key | int | float
-
-
-def as_is(reply: Any) -> Any:
-    return reply
-
-
-def _ok(reply: Any) -> bool | None:
-    # redis-py: True when stored, None when NX / XX kept SET from storing.
-    return True if reply is True or reply == b"OK" else None
-
-
-def _pairs_dict(reply: Any) -> dict[Any, Any]:
-    pairs = iter(reply)
-    return dict(zip(pairs, pairs, strict=True))
-
-
-def _float_or_none(reply: Any) -> float | None:
-    return None if reply is None else float(reply)
-
-
-def _cast(cast: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """A score_cast_func as redis-py applies it: a score it cannot read as it is (an int cast
-    of b"2.5" or b"1e+18") is read through float first."""
-    if cast is float:
-        return cast
-
-    def cast_score(score: Any) -> Any:
-        try:
-            return cast(score)
-        except (ValueError, TypeError):
-            return cast(float(score))
-
-    return cast_score
-
-
-def _scores(cast: Callable[[Any], Any]) -> Convert:
-    """ZRANGE ... WITHSCORES: the flat reply as (member, score) pairs."""
-    cast = _cast(cast)
-
-    def convert(reply: Any) -> list[tuple[Any, Any]]:
-        items = iter(reply)
-        return [(member, cast(score)) for member, score in zip(items, items, strict=True)]
-
-    return convert
-
-
-def _rank_score(cast: Callable[[Any], Any]) -> Convert:
-    """ZRANK ... WITHSCORE: [rank, score], or None for a missing member."""
-    cast = _cast(cast)
-    return lambda reply: [reply[0], cast(reply[1])] if reply else reply
-
-
-def _scan(reply: Any) -> tuple[int, list[Any]]:
-    return int(reply[0]), reply[1]
-
-
-def _limit(offset: int | None, num: int | None, names: str) -> tuple[Value, ...]:
-    """LIMIT offset num, both or neither (as redis-py insists)."""
-    if (offset is None) != (num is None):
-        raise DataError(f"{names} must both be specified")
-    return () if offset is None or num is None else ("LIMIT", offset, num)
-
-
-def scan_command(cursor: Any, match: Key | None, count: int | None, _type: str | None) -> Any:
-    command: tuple[Any, ...] = ("SCAN", cursor)
-    if match is not None:
-        command += ("MATCH", match)
-    if count is not None:
-        command += ("COUNT", count)
-    if _type is not None:
-        command += ("TYPE", _type)
-    return command
-
-
-def _true(reply: Any) -> bool:
-    # redis-py's bool_ok: a +OK reply is True.
-    return reply is True or reply == b"OK"
-
-
-def _float(reply: Any) -> float:
-    return float(reply)
-
-
-def _status(reply: Any) -> Any:
-    # A status reply (+string) arrives as str; redis-py gives bytes.
-    return reply.encode() if isinstance(reply, str) else reply
-
-
-def _pong(reply: Any) -> bool:
-    return reply in (b"PONG", "PONG")
-
-
-def _info_value(text: str) -> Any:
-    """One INFO value as redis-py gives it: a number, a list, a dict of k=v items, or text."""
-    if "=" in text:
-        fields: dict[str, Any] = {}
-        for item in filter(None, text.split(",")):
-            name, sep, value = item.rpartition("=")
-            if sep:
-                fields[name] = _info_value(value)
-            else:
-                fields[value] = True
-        return fields
-    if "," in text:
-        return [_info_value(item) for item in text.split(",") if item]
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_info(reply: Any) -> dict[str, Any]:
-    """INFO's text as redis-py's dict: every `name:value` line, `module` lines gathered in
-    "modules", anything else in "__raw__"."""
-    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)
-    info: dict[str, Any] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        if ":" not in line:
-            info.setdefault("__raw__", []).append(line)
-            continue
-        # A value may hold ':' (and only cmdstat_host's name does).
-        name, _, value = (
-            line.rpartition(":") if line.startswith("cmdstat_host:") else (line.partition(":"))
-        )
-        if name == "module":
-            info.setdefault("modules", []).append(_info_value(value))
-        else:
-            info[name] = _info_value(value)
-    return info
-
-
-def lpos_options(rank: int | None, count: int | None, maxlen: int | None) -> tuple[Any, ...]:
-    """LPOS's RANK, COUNT and MAXLEN, those given."""
-    given = (("RANK", rank), ("COUNT", count), ("MAXLEN", maxlen))
-    return tuple(item for option, value in given if value is not None for item in (option, value))
-
-
-def _count(command: tuple[Value, ...], count: int | None) -> tuple[Value, ...]:
-    return command if count is None else (*command, count)
 
 
 class Commands(Generic[R]):
@@ -244,7 +121,7 @@ class Commands(Generic[R]):
         command += expiry(ex, px, exat, pxat)
         if keepttl:
             command += ("KEEPTTL",)
-        return self._send(command, as_is if get else _ok)
+        return self._send(command, as_is if get else ok)
 
     def delete(self, *names: Key) -> R:
         return self._send(("DEL", *names))
@@ -301,7 +178,7 @@ class Commands(Generic[R]):
         return self._send(("HSET", name, *pairs))
 
     def hgetall(self, name: Key) -> R:
-        return self._send(("HGETALL", name), _pairs_dict)
+        return self._send(("HGETALL", name), pairs_dict)
 
     def sadd(self, name: Key, *values: Value) -> R:
         return self._send(("SADD", name, *values))
@@ -337,7 +214,7 @@ class Commands(Generic[R]):
         command: tuple[Value, ...] = ("ZADD", name, *(word for word, wanted in chosen if wanted))
         for member, score in mapping.items():
             command += (score, member)
-        return self._send(command, _float_or_none if incr else as_is)
+        return self._send(command, float_or_none if incr else as_is)
 
     def zrange(
         self,
@@ -359,14 +236,14 @@ class Commands(Generic[R]):
             return self.zrevrange(name, start, end, withscores, score_cast_func)
         if byscore and bylex:
             raise DataError("``byscore`` and ``bylex`` can not be specified together.")
-        limit = _limit(offset, num, "``offset`` and ``num``")
+        limit = limit_option(offset, num, "``offset`` and ``num``")
         if bylex and withscores:
             raise DataError("``withscores`` not supported in combination with ``bylex``.")
         chosen = (("BYSCORE", byscore), ("BYLEX", bylex), ("REV", desc))
         command = ("ZRANGE", name, start, end, *(word for word, wanted in chosen if wanted))
         command += limit
         if withscores:
-            return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
+            return self._send((*command, "WITHSCORES"), scores(score_cast_func))
         return self._send(command)
 
     # -- strings -----------------------------------------------------------------------------
@@ -379,7 +256,7 @@ class Commands(Generic[R]):
 
     def mset(self, mapping: Mapping[Key, Value]) -> R:
         pairs = [item for pair in mapping.items() for item in pair]
-        return self._send(("MSET", *pairs), _true)
+        return self._send(("MSET", *pairs), true)
 
     def setex(self, name: Key, time: int | datetime.timedelta, value: Value) -> R:
         return self._send(("SETEX", name, seconds(time), value), bool)
@@ -418,7 +295,7 @@ class Commands(Generic[R]):
     decr = decrby
 
     def incrbyfloat(self, name: Key, amount: float = 1.0) -> R:
-        return self._send(("INCRBYFLOAT", name, amount), _float)
+        return self._send(("INCRBYFLOAT", name, amount), to_float)
 
     def append(self, key: Key, value: Value) -> R:
         return self._send(("APPEND", key, value))
@@ -477,10 +354,10 @@ class Commands(Generic[R]):
         return self._send(("PERSIST", name), bool)
 
     def type(self, name: Key) -> R:
-        return self._send(("TYPE", name), _status)
+        return self._send(("TYPE", name), status)
 
     def rename(self, src: Key, dst: Key) -> R:
-        return self._send(("RENAME", src, dst), _true)
+        return self._send(("RENAME", src, dst), true)
 
     def scan(
         self,
@@ -491,12 +368,12 @@ class Commands(Generic[R]):
     ) -> R:
         """One SCAN step: (next cursor, keys); the scan is over when the cursor is 0. On a
         cluster it scans one node: use scan_iter, which visits every primary."""
-        return self._send(scan_command(cursor, match, count, _type), _scan)
+        return self._send(scan_command(cursor, match, count, _type), scan_reply)
 
     # -- server --------------------------------------------------------------------------------
 
     def ping(self) -> R:
-        return self._send(("PING",), _pong)
+        return self._send(("PING",), pong)
 
     def info(self, section: str | None = None, *args: str) -> R:
         """INFO (a section or several, or the default ones), parsed into redis-py's dict."""
@@ -514,7 +391,7 @@ class Commands(Generic[R]):
 
     def flushdb(self, asynchronous: bool = False) -> R:
         """FLUSHDB: every key of the cache's database, not only the cache's own."""
-        return self._send(("FLUSHDB", "ASYNC") if asynchronous else ("FLUSHDB",), _true)
+        return self._send(("FLUSHDB", "ASYNC") if asynchronous else ("FLUSHDB",), true)
 
     # -- hashes --------------------------------------------------------------------------------
 
@@ -531,7 +408,7 @@ class Commands(Generic[R]):
         return self._send(("HINCRBY", name, key, amount))
 
     def hincrbyfloat(self, name: Key, key: Key, amount: float = 1.0) -> R:
-        return self._send(("HINCRBYFLOAT", name, key, amount), _float)
+        return self._send(("HINCRBYFLOAT", name, key, amount), to_float)
 
     def hsetnx(self, name: Key, key: Key, value: Value) -> R:
         return self._send(("HSETNX", name, key, value))
@@ -560,16 +437,16 @@ class Commands(Generic[R]):
         return self._send(("RPUSHX", name, *values))
 
     def lpop(self, name: Key, count: int | None = None) -> R:
-        return self._send(_count(("LPOP", name), count))
+        return self._send(counted(("LPOP", name), count))
 
     def rpop(self, name: Key, count: int | None = None) -> R:
-        return self._send(_count(("RPOP", name), count))
+        return self._send(counted(("RPOP", name), count))
 
     def lrange(self, name: Key, start: int, end: int) -> R:
         return self._send(("LRANGE", name, start, end))
 
     def ltrim(self, name: Key, start: int, end: int) -> R:
-        return self._send(("LTRIM", name, start, end), _true)
+        return self._send(("LTRIM", name, start, end), true)
 
     def llen(self, name: Key) -> R:
         return self._send(("LLEN", name))
@@ -578,7 +455,7 @@ class Commands(Generic[R]):
         return self._send(("LINDEX", name, index))
 
     def lset(self, name: Key, index: int, value: Value) -> R:
-        return self._send(("LSET", name, index, value), _true)
+        return self._send(("LSET", name, index, value), true)
 
     def lrem(self, name: Key, count: int, value: Value) -> R:
         return self._send(("LREM", name, count, value))
@@ -611,10 +488,10 @@ class Commands(Generic[R]):
         return self._send(("SISMEMBER", name, value))
 
     def spop(self, name: Key, count: int | None = None) -> R:
-        return self._send(_count(("SPOP", name), count))
+        return self._send(counted(("SPOP", name), count))
 
     def srandmember(self, name: Key, number: int | None = None) -> R:
-        return self._send(_count(("SRANDMEMBER", name), number))
+        return self._send(counted(("SRANDMEMBER", name), number))
 
     # -- sorted sets ---------------------------------------------------------------------------
 
@@ -628,7 +505,7 @@ class Commands(Generic[R]):
     ) -> R:
         command = ("ZREVRANGE", name, start, end)
         if withscores:
-            return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
+            return self._send((*command, "WITHSCORES"), scores(score_cast_func))
         return self._send(command)
 
     def zrangebyscore(
@@ -641,9 +518,10 @@ class Commands(Generic[R]):
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
-        command = ("ZRANGEBYSCORE", name, min, max, *_limit(start, num, "``start`` and ``num``"))
+        limit = limit_option(start, num, "``start`` and ``num``")
+        command = ("ZRANGEBYSCORE", name, min, max, *limit)
         if withscores:
-            return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
+            return self._send((*command, "WITHSCORES"), scores(score_cast_func))
         return self._send(command)
 
     def zrevrangebyscore(
@@ -656,10 +534,10 @@ class Commands(Generic[R]):
         withscores: bool = False,
         score_cast_func: Callable[[Any], Any] = float,
     ) -> R:
-        limit = _limit(start, num, "``start`` and ``num``")
+        limit = limit_option(start, num, "``start`` and ``num``")
         command = ("ZREVRANGEBYSCORE", name, max, min, *limit)
         if withscores:
-            return self._send((*command, "WITHSCORES"), _scores(score_cast_func))
+            return self._send((*command, "WITHSCORES"), scores(score_cast_func))
         return self._send(command)
 
     def zrem(self, name: Key, *values: Value) -> R:
@@ -672,10 +550,10 @@ class Commands(Generic[R]):
         return self._send(("ZCOUNT", name, min, max))
 
     def zscore(self, name: Key, value: Value) -> R:
-        return self._send(("ZSCORE", name, value), _float_or_none)
+        return self._send(("ZSCORE", name, value), float_or_none)
 
     def zincrby(self, name: Key, amount: float, value: Value) -> R:
-        return self._send(("ZINCRBY", name, amount, value), _float)
+        return self._send(("ZINCRBY", name, amount, value), to_float)
 
     def zrank(
         self,
@@ -686,7 +564,7 @@ class Commands(Generic[R]):
     ) -> R:
         """The member's rank (low to high), or None; with withscore (Redis 7.2), [rank, score]."""
         if withscore:
-            return self._send(("ZRANK", name, value, "WITHSCORE"), _rank_score(score_cast_func))
+            return self._send(("ZRANK", name, value, "WITHSCORE"), rank_score(score_cast_func))
         return self._send(("ZRANK", name, value))
 
     def zrevrank(
@@ -699,7 +577,7 @@ class Commands(Generic[R]):
         """The member's rank from high to low, or None; with withscore, [rank, score]."""
         if withscore:
             command = ("ZREVRANK", name, value, "WITHSCORE")
-            return self._send(command, _rank_score(score_cast_func))
+            return self._send(command, rank_score(score_cast_func))
         return self._send(("ZREVRANK", name, value))
 
     def zremrangebyscore(self, name: Key, min: float | str, max: float | str) -> R:

@@ -20,8 +20,8 @@ from typing import Any, Literal, overload
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
 from redoxide._protocols import Arg, ClientLike, Topology, reads_client, spans_primaries
-from redoxide._raw_args import encoded
-from redoxide._raw_commands import Commands, Convert, Key, Value, as_is, scan_command
+from redoxide._raw_args import encoded, scan_command
+from redoxide._raw_commands import Commands, Convert, Key, Value, as_is
 from redoxide._redoxide import Client
 from redoxide.exceptions import ResponseError
 
