@@ -163,3 +163,23 @@ def test_a_forked_child_follows_the_events_of_its_own(sset: SentinelSet) -> None
     # The parent's watcher still runs.
     watcher = _watcher(cache)
     assert watcher._thread is not None and watcher._thread.is_alive()
+
+
+def test_the_events_are_read_as_the_sentinel_kwargs_user(sset: SentinelSet) -> None:
+    # Sentinels with ACL users: the cache follows their events with SENTINEL_KWARGS' login.
+    user = f"u{uuid.uuid4().hex[:6]}"
+    for sentinel in sset.sentinels:
+        sentinel.cli("acl", "setuser", user, "on", ">s3cret", "+@all", "&*")
+    cache = _cache(sset, SENTINEL_KWARGS={"username": user, "password": "s3cret"})
+    _watching(cache)
+    for sentinel in sset.sentinels:
+        deadline = time.monotonic() + 10
+        while True:
+            clients = [
+                dict(f.split("=", 1) for f in line.split() if "=" in f)
+                for line in sentinel.cli("client", "list").splitlines()
+            ]
+            if any(c.get("user") == user and "P" in c.get("flags", "") for c in clients):
+                break  # subscribed (flag P), logged in as the user
+            assert time.monotonic() < deadline, f"no subscriber as {user}: {clients}"
+            time.sleep(0.01)
