@@ -285,7 +285,9 @@ class Pipeline(Commands["Pipeline"]):
         An error reply raises ``ResponseError`` (the first one, once every command has run);
         with ``raise_on_error=False`` it is returned in its command's place instead. In a
         transaction, a command the server refused to queue raises either way (nothing ran),
-        and so, for now, does an error reply inside EXEC's (the core raises it).
+        and so, for now, does an error reply inside EXEC's (the core raises it). A router
+        (replicas, Sentinel, a cluster, the near cache) has no pipeline that keeps error
+        replies: there, ``raise_on_error=False`` sends one command at a time, in order.
         """
         queued, commands = self._take()
         if not commands:
