@@ -204,6 +204,28 @@ def test_builtin_backend_pool_options_redoxide_cannot_honour(
     assert_startup_error(DOWN, {option: value}, f"OPTIONS[{option!r}]", reason)
 
 
+def test_django_redis_pool_kwargs_are_read_as_redis_py_reads_them(
+    redis_server: RedisServer,
+) -> None:
+    """django-redis hands CONNECTION_POOL_KWARGS to redis-py's pool: a timeout there counted,
+    and was silently dropped here; what cannot be honoured is refused as in the query."""
+    pool = {"socket_timeout": 0.3, "max_connections": 50, "retry_on_timeout": True}
+    with cache_of(f"redis://127.0.0.1:{redis_server.port}/0", CONNECTION_POOL_KWARGS=pool) as cache:
+        assert_round_trip(cache)
+        assert cache._config.connection.socket_timeout == 0.3
+    assert_startup_error(
+        DOWN, {"CONNECTION_POOL_KWARGS": {"client_name": "web"}}, "'client_name'", "name"
+    )
+    error = assert_startup_error(
+        f"{DOWN}?socket_timeout=0.5",
+        {"CONNECTION_POOL_KWARGS": {"socket_timeout": 0.3}},
+        "CONNECTION_POOL_KWARGS",
+        "?socket_timeout=",
+        "contradicts",
+    )
+    assert "0.3" in str(error)
+
+
 # -- refused -----------------------------------------------------------------------------------
 
 
