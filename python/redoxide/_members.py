@@ -14,7 +14,6 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redoxide._values import as_bytes
 from redoxide.exceptions import SerializationError
 
 if TYPE_CHECKING:
@@ -66,6 +65,7 @@ class StructuresBase:
         def _encode(self, value: Any, key: Any = None) -> bytes: ...
         def _decode(self, data: bytes, key: Any) -> Any: ...
         def _checked(self, value: Any, data: Any, key: Any) -> bytes: ...
+        def _stored_custom(self, value: Any, dumped: Any, key: Any) -> bytes: ...
         def _run(self, plan: Plan[T], fallback: Any = None) -> T: ...
         async def _arun(self, plan: Plan[T], fallback: Any = None) -> T: ...
 
@@ -81,12 +81,12 @@ class StructuresBase:
             )
         else:
             data = self._serializer.dumps(value)
-            if type(data) is not bytes:
-                data = as_bytes(data, "SERIALIZER", self._serializer)
+            if self._check_encoded:  # a user's codec: stored so that it reads back as itself
+                return self._stored_custom(value, data, None)
         if self._compress and len(data) >= self._compress_min:
             data = self._compressor.compress(data)
-        if self._check_encoded:  # a user's codec: raw digits only for what reads back as them
-            data = self._checked(value, data, None)
+            if self._check_encoded:  # a user's compressor
+                data = self._checked(value, data, None)
         return data
 
     def _decode_set(self, replies: Iterable[bytes], key: Any) -> set[Any]:

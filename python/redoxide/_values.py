@@ -8,8 +8,10 @@ serializer or compressor it asks them first (see _decode_custom).
 
 Raw digits are always read as an int, as Django's builtin and django-redis read them, so a
 user's codec whose output for another value is raw digits (a str "0042" written as it is)
-would have that value read back as something else: such a write raises EncodingError instead
-(see _checked), unless the user's codec itself reads those digits back as the same int.
+would have that value read back as something else; so would output that a COMPRESSOR's
+is_compressed() claims. Such a value is stored compressed, even below the threshold, when
+there is a compressor; otherwise the write raises EncodingError (see _stored_custom), unless
+the user's codec itself reads those digits back as the same int.
 """
 
 from __future__ import annotations
@@ -172,37 +174,52 @@ class ValuesMixin:
 
     def _encode_custom(self, value: Any, dumped: Any, key: Any) -> bytes:
         """The rest of _encode for what a user's serializer returned."""
-        data = dumped if type(dumped) is bytes else as_bytes(dumped, "SERIALIZER", self._serializer)
-        if self._compress and len(data) >= self._compress_min:
-            data = self._compressor.compress(data)
-        data = self._checked(value, data, key)
+        data = self._stored_custom(value, dumped, key)
         if len(data) > MAX_VALUE_SIZE:
             raise _too_large(key, len(data))
         return data
 
+    def _stored_custom(self, value: Any, dumped: Any, key: Any) -> bytes:
+        """What to store for `value`, which a serializer beside a user's codec wrote as
+        `dumped`: compressed from the threshold on, and below it too where a read of the bytes
+        as written would take them for something else (an int, or the compressor's own data,
+        by its magic bytes); EncodingError if even so a read would not give the value back."""
+        data = dumped if type(dumped) is bytes else as_bytes(dumped, "SERIALIZER", self._serializer)
+        if self._compress and (len(data) >= self._compress_min or self._misread(value, data)):
+            data = self._compressor.compress(data)
+        return self._checked(value, data, key)
+
+    def _misread(self, value: Any, data: bytes) -> bool:
+        """Whether a read of `data`, stored uncompressed, would not give `value` back because it
+        takes the bytes for an int or for the compressor's data."""
+        if _is_raw_int(data):
+            return self._int_misread(value, data)
+        return self._compressor_claims and bool(self._compressor.is_compressed(data))
+
+    def _int_misread(self, value: Any, data: bytes) -> bool:
+        """Whether raw digits, which a read takes for an int, are not what `value` reads back
+        as: fine only for a value that is that int, or when the user's codec itself reads them
+        as that int (JSON does)."""
+        try:
+            number = int(data)
+        except ValueError:  # past Python's digit limit: a read of it fails as well
+            return True
+        if type(value) is int and value == number:  # a sorted-set member: ints serialized
+            return False
+        try:
+            read = self._decode_custom(data)
+        except Exception:
+            return True
+        return not (type(read) is int and read == number)
+
     def _checked(self, value: Any, data: Any, key: Any) -> bytes:
         """Return what a user's codec wrote for value, as bytes; raise EncodingError if a read
-        would give something else: raw digits are read as an int before any codec is asked
-        (the int-as-raw convention), so they are stored only for a value that is that int, or
-        when the user's codec itself reads them back as that int (JSON does)."""
+        would take it for an int that the value does not read back as (see _int_misread)."""
         stored: bytes = (
             data if type(data) is bytes else as_bytes(data, "COMPRESSOR", self._compressor)
         )
-        if not _is_raw_int(stored):
+        if not _is_raw_int(stored) or not self._int_misread(value, stored):
             return stored
-        try:
-            number: int | None = int(stored)
-        except ValueError:  # past Python's digit limit: a read of it fails as well
-            number = None
-        if number is not None:
-            if type(value) is int and value == number:  # a sorted-set member: ints serialized
-                return stored
-            try:
-                read = self._decode_custom(stored)
-            except Exception:
-                read = None
-            if type(read) is int and read == number:
-                return stored
         shown = stored if len(stored) <= 40 else stored[:40] + b"..."
         where = "" if key is None else f" for key {key!r}"
         raise EncodingError(
@@ -211,7 +228,8 @@ class ValuesMixin:
             "for an int before any serializer is asked (ints are stored raw, as Django and "
             "django-redis store them, so INCR works): it would not read back as it was. "
             "Nothing was written; make the serializer write such values in a form of its own "
-            "(e.g. with a prefix), as pickle, JSON and MessagePack do"
+            "(e.g. with a prefix), as pickle, JSON and MessagePack do, or set a COMPRESSOR "
+            "(such values are then stored compressed)"
         )
 
     def _decode(self, data: bytes, key: Any) -> Any:

@@ -3,10 +3,12 @@
 - Ints are stored as raw digits whatever the serializer (Django's builtin and django-redis do
   the same), so a read takes raw digits for an int before any serializer is asked. A user
   serializer whose output for another value is raw digits (a str "0042" written as it is)
-  would read back as a different value (42): such a write raises EncodingError and stores
-  nothing, whatever the call (set, set_many, add, get_or_set, hashes, set members); a
-  serializer that reads those digits back as the same int itself (JSON) is not refused; and
-  ``manage.py check`` warns about a SERIALIZER that cannot store digit strings (W007).
+  would read back as a different value (42): without a COMPRESSOR such a write raises
+  EncodingError and stores nothing, whatever the call (set, set_many, add, get_or_set, hashes,
+  set members); with one, the value is stored compressed even below the threshold, and so is
+  one whose bytes start like the compressor's data (its magic bytes). A serializer that reads
+  those digits back as the same int itself (JSON) is not refused; and ``manage.py check``
+  warns about a SERIALIZER that cannot store digit strings (W007).
 - COMPRESS_MIN_LENGTH holds for every COMPRESSOR, also a class that does not take
   ``min_length``: shorter values are stored as the serializer wrote them and read back.
 - COMPRESS_LEVEL (or PICKLE_VERSION) given for a codec that cannot take it is refused, not
@@ -57,6 +59,20 @@ class TextSerializer:
         if data[:1] == b"\x80":
             return pickle.loads(data)
         return data.decode()
+
+
+class Latin1Serializer:
+    """Strings as their Latin-1 bytes (any byte value can start one), anything else pickled."""
+
+    def dumps(self, value: Any) -> bytes:
+        if type(value) is str:
+            return value.encode("latin-1")
+        return pickle.dumps(value)
+
+    def loads(self, data: bytes) -> Any:
+        if data[:1] == b"\x80":
+            return pickle.loads(data)
+        return data.decode("latin-1")
 
 
 class PlainJSONSerializer:
@@ -204,6 +220,41 @@ def test_refused_under_fail_open_too(make_cache: MakeCache, mode: str) -> None:
         ops.set_many({"code": "0042"})
     with pytest.raises(EncodingError):
         ops.set("code", "0042")
+
+
+@pytest.mark.parametrize(
+    ("compressor", "text"),
+    [
+        ("ZlibCompressor", "0042"),
+        ("ZlibCompressor", "x^2 + 1"),
+        ("GzipCompressor", "\x1f\x8b text"),
+        ("Lz4Compressor", "\x04\x22\x4d\x18 text"),
+        ("ZstdCompressor", "\x28\xb5\x2f\xfd text"),
+    ],
+    ids=["digits", "zlib-head", "gzip-head", "lz4-head", "zstd-head"],
+)
+def test_a_short_value_a_read_would_misread_is_stored_compressed(
+    make_cache: MakeCache, mode: str, compressor: str, text: str
+) -> None:
+    # Below COMPRESS_MIN_LENGTH, but stored as written it would be read as an int, or as the
+    # compressor's data (its magic bytes): with a compressor at hand, it is compressed instead.
+    cache = make_cache(
+        SERIALIZER=f"{HERE}.Latin1Serializer", COMPRESSOR=f"redoxide.compressors.{compressor}"
+    )
+    ops = Ops(cache, mode)
+    ops.set("text", text)
+    ops.set_many({"many": text, "plain": "plain text"})
+    assert stored(cache, "plain") == b"plain text"  # below the threshold: as written
+    assert stored(cache, "text") != text.encode("latin-1")
+    assert ops.get("text") == text
+    assert ops.get_many(["text", "many", "plain"]) == {
+        "text": text,
+        "many": text,
+        "plain": "plain text",
+    }
+    cache.sadd("set", text, "plain text")
+    assert cache.smembers("set") == {text, "plain text"}
+    assert cache.sismember("set", text)
 
 
 def test_check_warns_about_a_serializer_that_writes_digit_strings_as_they_are() -> None:
