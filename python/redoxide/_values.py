@@ -164,10 +164,11 @@ class ValuesMixin:
             data = self._serializer.dumps(value)
             if self._check_encoded:
                 return self._encode_custom(value, data, key)
-        if self._compress and len(data) >= self._compress_min:
-            data = self._compressor.compress(data)
+        if self._compress:
             if self._check_encoded:  # a user's compressor
-                data = self._checked(value, data, key)
+                return self._encode_custom(value, data, key)
+            if len(data) >= self._compress_min:
+                data = self._compressor.compress(data)
         if len(data) > MAX_VALUE_SIZE:
             raise _too_large(key, len(data))
         return data

@@ -144,6 +144,22 @@ class ClaimingZlibCompressor(BareZlibCompressor):
         return data[: len(HEADER)] == HEADER
 
 
+class PickleHeadCompressor(BareZlibCompressor):
+    """A format that starts as a protocol-5 pickle does, and an is_compressed() that claims
+    whatever starts so: short pickles, stored as written, would be taken for its data."""
+
+    HEAD = b"\x80\x05"
+
+    def compress(self, data: bytes) -> bytes:
+        return self.HEAD + zlib.compress(data)
+
+    def decompress(self, data: bytes) -> bytes:
+        return zlib.decompress(data[len(self.HEAD) :])
+
+    def is_compressed(self, data: bytes) -> bool:
+        return data[: len(self.HEAD)] == self.HEAD
+
+
 class Colour(enum.IntEnum):
     RED = 42
 
@@ -255,6 +271,18 @@ def test_a_short_value_a_read_would_misread_is_stored_compressed(
     cache.sadd("set", text, "plain text")
     assert cache.smembers("set") == {text, "plain text"}
     assert cache.sismember("set", text)
+
+
+def test_a_short_pickle_the_compressor_would_claim_is_stored_compressed(
+    make_cache: MakeCache, mode: str
+) -> None:
+    cache = make_cache(COMPRESSOR=f"{HERE}.PickleHeadCompressor", COMPRESS_MIN_LENGTH=MIN_LENGTH)
+    ops = Ops(cache, mode)
+    ops.set("short", SHORT)
+    ops.set_many({"many": SHORT})
+    assert stored(cache, "short") != pickle.dumps(SHORT, pickle.HIGHEST_PROTOCOL)
+    assert ops.get("short") == SHORT
+    assert ops.get_many(["short", "many"]) == {"short": SHORT, "many": SHORT}
 
 
 def test_check_warns_about_a_serializer_that_writes_digit_strings_as_they_are() -> None:
