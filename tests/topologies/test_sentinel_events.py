@@ -183,3 +183,23 @@ def test_the_events_are_read_as_the_sentinel_kwargs_user(sset: SentinelSet) -> N
                 break  # subscribed (flag P), logged in as the user
             assert time.monotonic() < deadline, f"no subscriber as {user}: {clients}"
             time.sleep(0.01)
+
+
+def test_events_are_followed_again_after_the_sentinels_drop_the_connection(
+    sset: SentinelSet,
+) -> None:
+    cache = _cache(sset)
+    _watching(cache)
+    watcher = _watcher(cache)
+    for sentinel in sset.sentinels:  # every subscriber connection is closed by the sentinels
+        sentinel.cli("client", "kill", "type", "pubsub")
+    deadline = time.monotonic() + 10
+    while True:  # connected again, to each sentinel, as new connections
+        subscribers = [s.cli("client", "list", "type", "pubsub") for s in sset.sentinels]
+        if all(subscribers) and watcher is not None and watcher.links == 3:
+            break
+        assert time.monotonic() < deadline, f"not subscribed again: {subscribers}"
+        time.sleep(0.01)
+    _, new = _planned_failover(sset)
+    cache.set("after", 43)
+    assert new.cli("get", cache.make_key("after")) == "43"

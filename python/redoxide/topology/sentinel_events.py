@@ -43,8 +43,10 @@ __all__ = ["HOLD_LIMIT", "SentinelWatcher", "parse_event"]
 HOLD_LIMIT = 5.0
 #: Each connection is pinged this often, and made again after 3 intervals of silence.
 PING_INTERVAL = 1.0
-#: A sentinel that cannot be reached is tried again this often.
+#: A sentinel that cannot be reached is tried again after this long, doubling up to the
+#: second figure while it stays out of reach.
 RETRY_INTERVAL = 0.5
+RETRY_INTERVAL_MAX = 5.0
 
 
 class _Incomplete(Exception):
@@ -210,20 +212,23 @@ class SentinelWatcher:
     def _run(self, stop: threading.Event) -> None:
         selector = selectors.DefaultSelector()
         links: dict[tuple[str, int], _Link] = {}
-        tried: dict[tuple[str, int], float] = {}
+        retry: dict[tuple[str, int], tuple[float, float]] = {}  # when, then the next delay
         try:
             while not stop.is_set():
                 if self._primary() is None:
                     return
                 now = time.monotonic()
                 for address in self._sentinels:
-                    if address in links or now - tried.get(address, -1e9) < RETRY_INTERVAL:
+                    when, delay = retry.get(address, (0.0, RETRY_INTERVAL))
+                    if address in links or now < when:
                         continue
-                    tried[address] = now
                     link = self._connect(address)
-                    if link is not None:
-                        links[address] = link
-                        selector.register(link.sock, selectors.EVENT_READ, link)
+                    if link is None:
+                        retry[address] = (now + delay, min(2 * delay, RETRY_INTERVAL_MAX))
+                        continue
+                    retry[address] = (now + RETRY_INTERVAL, RETRY_INTERVAL)
+                    links[address] = link
+                    selector.register(link.sock, selectors.EVENT_READ, link)
                 self.links = len(links)
                 if links:
                     self.subscribed.set()
