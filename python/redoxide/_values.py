@@ -260,34 +260,37 @@ class ValuesMixin:
         """Decode with a user's COMPRESSOR or SERIALIZER: ask them, never guess first. The
         configured compressor decides whether it wrote the data (its is_compressed(), or, for a
         django-redis style one without it, whether its decompress() accepts the data); what
-        it did not write goes to the serializer as it is (a serializer of the user's may well
-        write compressed bytes itself), and only if that fails is it read as compressed by a
-        built-in compressor (a value written before COMPRESSOR changed)."""
+        it did not write, or claims but cannot read (a short value stored as written that
+        merely starts like its data, as django-redis stores them), goes to the serializer as it
+        is (a serializer of the user's may well write compressed bytes itself), and only if
+        that fails is it read as compressed by a built-in compressor (a value written before
+        COMPRESSOR changed). The first failure is the one raised: for a corrupt value, the
+        compressor's."""
         first: Exception | None = None
-        for candidate in self._readings(data):
+        for reading in self._readings(data):
             try:
-                return self._serializer.loads(candidate)
+                return self._serializer.loads(reading())
             except Exception as exc:
                 first = first or exc
         assert first is not None  # _readings yields data itself at least
         raise first
 
-    def _readings(self, data: bytes) -> Iterator[bytes]:
+    def _readings(self, data: bytes) -> Iterator[Callable[[], bytes]]:
         """The ways to read stored bytes, most likely first (see _decode_custom)."""
         compressor = self._compressor
         if self._compressor_claims:
             if compressor.is_compressed(data):
-                yield compressor.decompress(data)  # corrupt: the error says so
+                yield lambda: compressor.decompress(data)
         elif self._compress:
             try:
                 claimed = compressor.decompress(data)
             except Exception:
                 claimed = None  # not the compressor's (django-redis' CompressorError)
             if claimed is not None:
-                yield claimed
-        yield data
+                yield lambda: claimed
+        yield lambda: data
         if looks_compressed(data):
-            yield decompress_any(data)
+            yield lambda: decompress_any(data)
 
     def _encode_many(self, values: Iterable[Any], keys: Iterable[Any] = ()) -> list[bytes]:
         """Encode values; `keys`, in the same order, name a value that is too large."""

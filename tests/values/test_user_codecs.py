@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
+from django.utils.module_loading import import_string
 from redoxide.checks import check_configuration
 from redoxide.exceptions import EncodingError
 from support.backend import is_redoxide
@@ -73,6 +74,13 @@ class Latin1Serializer:
         if data[:1] == b"\x80":
             return pickle.loads(data)
         return data.decode("latin-1")
+
+
+class Latin1OptionsSerializer(Latin1Serializer):
+    """The same, built as django-redis builds a serializer (with the OPTIONS dict)."""
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = options
 
 
 class PlainJSONSerializer:
@@ -283,6 +291,27 @@ def test_a_short_pickle_the_compressor_would_claim_is_stored_compressed(
     assert stored(cache, "short") != pickle.dumps(SHORT, pickle.HIGHEST_PROTOCOL)
     assert ops.get("short") == SHORT
     assert ops.get_many(["short", "many"]) == {"short": SHORT, "many": SHORT}
+
+
+def test_a_short_value_django_redis_stored_as_written_reads_back(
+    make_cache: MakeCache, redis_server: Any, mode: str
+) -> None:
+    # django-redis stores a value below its min_length as the serializer wrote it, and reads
+    # it back when its compressor refuses it; "x^2 + 1" begins as zlib data does.
+    options = {
+        "SERIALIZER": f"{HERE}.Latin1OptionsSerializer",
+        "COMPRESSOR": "django_redis.compressors.zlib.ZlibCompressor",
+    }
+    ours = make_cache(KEY_PREFIX="dr", OPTIONS=options)
+    theirs = import_string("django_redis.cache.RedisCache")(
+        redis_server.url, {"KEY_PREFIX": "dr", "OPTIONS": options}
+    )
+    theirs.set("text", "x^2 + 1")
+    assert stored(ours, "text") == b"x^2 + 1"
+    assert Ops(ours, mode).get("text") == "x^2 + 1"
+    assert Ops(ours, mode).get_many(["text"]) == {"text": "x^2 + 1"}
+    Ops(ours, mode).set("mine", "x^2 + 1")  # stored compressed: django-redis reads it too
+    assert theirs.get("mine") == "x^2 + 1"
 
 
 def test_check_warns_about_a_serializer_that_writes_digit_strings_as_they_are() -> None:
