@@ -9,6 +9,7 @@ The tests share one sentinel set of their own (each planned failover moves its p
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -208,3 +209,26 @@ def test_events_are_followed_again_after_the_sentinels_drop_the_connection(
     _, new = _planned_failover(sset)
     cache.set("after", 43)
     assert new.cli("get", cache.make_key("after")) == "43"
+
+
+def test_a_sentinel_user_without_pubsub_is_warned_about(
+    sset: SentinelSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ACL user that may not subscribe: the cache works (it asks the sentinels when a call
+    # fails), and says once per sentinel that failovers are not followed as they happen.
+    user = f"n{uuid.uuid4().hex[:6]}"
+    for sentinel in sset.sentinels:
+        sentinel.cli("acl", "setuser", user, "on", ">s3cret", "+@all", "resetchannels")
+    caplog.set_level(logging.WARNING, logger="redoxide")
+    cache = _cache(sset, SENTINEL_KWARGS={"username": user, "password": "s3cret"})
+    cache.set("k", 1)
+    assert cache.get("k") == 1
+    deadline = time.monotonic() + 10
+    while True:
+        warned = [r.getMessage() for r in caplog.records if "PSUBSCRIBE" in r.getMessage()]
+        if len(warned) == len(sset.sentinels):
+            break
+        assert time.monotonic() < deadline, f"warnings: {warned}"
+        time.sleep(0.01)
+    assert all("s3cret" not in message for message in warned)
+    assert all(sset.service in message for message in warned)

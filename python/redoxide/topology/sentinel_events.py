@@ -28,6 +28,7 @@ started again (lazily) in a forked child.
 from __future__ import annotations
 
 import contextlib
+import logging
 import selectors
 import socket
 import threading
@@ -37,6 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["HOLD_LIMIT", "SentinelWatcher", "parse_event"]
+
+logger = logging.getLogger("redoxide")
 
 #: A hold on writes that neither a promotion nor an abort ends lifts itself after this long
 #: (writes then go where the sentinels name, as without the watcher).
@@ -129,6 +132,8 @@ class SentinelWatcher:
         connect_timeout: float,
     ) -> None:
         self._primary = weakref.ref(primary)
+        self._service = primary.service
+        self._warned: set[tuple[str, int]] = set()
         self._sentinels = list(sentinels)
         self._login = login
         self._connect_timeout = connect_timeout
@@ -184,11 +189,13 @@ class SentinelWatcher:
                 sock.sendall(_command(*auth))
                 reply = self._reply(sock)
                 if isinstance(reply, Exception):
+                    self._refused(address, "AUTH", reply)
                     sock.close()
                     return None
             sock.sendall(_command("PSUBSCRIBE", "*"))
             reply = self._reply(sock)
             if not (isinstance(reply, list) and reply and reply[0] == b"psubscribe"):
+                self._refused(address, "PSUBSCRIBE *", reply)
                 sock.close()
                 return None
             sock.setblocking(False)
@@ -196,6 +203,18 @@ class SentinelWatcher:
             sock.close()
             return None
         return _Link(sock, address)
+
+    def _refused(self, address: tuple[str, int], command: str, reply: Any) -> None:
+        """Warn once per sentinel that it refuses what following its events needs (an ACL
+        without Pub/Sub, a wrong password): writes then move only when a call fails."""
+        if address in self._warned:
+            return
+        self._warned.add(address)
+        logger.warning(
+            "redoxide: sentinel %s:%s refused %s (%s): failovers of %r are followed only when "
+            "a call fails",
+            address[0], address[1], command, reply, self._service,
+        )  # fmt: skip
 
     @staticmethod
     def _reply(sock: socket.socket) -> Any:
