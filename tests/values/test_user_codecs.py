@@ -10,7 +10,9 @@
   those digits back as the same int itself (JSON) is not refused; and ``manage.py check``
   warns about a SERIALIZER that cannot store digit strings (W007).
 - COMPRESS_MIN_LENGTH holds for every COMPRESSOR, also a class that does not take
-  ``min_length``: shorter values are stored as the serializer wrote them and read back.
+  ``min_length``: shorter values are stored as the serializer wrote them and read back, and
+  so does a short value django-redis stored as written that starts like the compressor's data
+  (the compressor refuses it, the serializer reads it).
 - COMPRESS_LEVEL (or PICKLE_VERSION) given for a codec that cannot take it is refused, not
   dropped.
 - A django-redis style class (one that takes the OPTIONS dict) is given the cache's OPTIONS,
