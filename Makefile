@@ -18,8 +18,9 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 PYTEST_ARGS ?=
 # The suites run on every core (pytest-xdist): each worker starts servers of its own, on ports
-# of its own (tests/support/servers.py). PYTEST_PARALLEL= runs them in one process.
-PYTEST_PARALLEL ?= -n auto
+# of its own (tests/support/servers.py); a group (the packaging tests) stays on one worker.
+# PYTEST_PARALLEL= runs them in one process.
+PYTEST_PARALLEL ?= -n auto --dist loadgroup
 # Pure Rust unit tests. Debug profile on purpose: `cargo test` builds without maturin's PyO3
 # environment, so sharing the release profile with `maturin develop --release` would make the
 # two rebuild pyo3 (and re-run fat LTO) each time the other ran.

@@ -183,3 +183,13 @@ def mode(request: pytest.FixtureRequest) -> str:
 def ops(cache: Any, mode: str) -> Ops:
     """Return the default cache's methods, called sync or through their async twins."""
     return Ops(cache, mode)
+
+
+# -- order ---------------------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The packaging tests (clean release builds of the wheel and the sdist, minutes of CPU)
+    go first: under pytest-xdist their group starts on one worker at once while the other
+    workers take the rest, instead of becoming the run's tail."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("xdist_group") else 1)

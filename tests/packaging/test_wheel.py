@@ -31,7 +31,12 @@ MAX_GLIBC_MINOR = 17
 
 # Whichever test first asks for the module's wheel builds it, within its own timeout: each test
 # here may take a clean release build (the suite's 60 s default is far too short for that).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
+# One xdist worker takes them all (and builds the wheel once), first (tests/conftest.py).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(BUILD_TIMEOUT + 300),
+    pytest.mark.xdist_group("packaging"),
+]
 
 USE_CACHE = """
 import asyncio
