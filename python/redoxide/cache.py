@@ -21,7 +21,7 @@ from redoxide import _stats, plans, tracing
 from redoxide._bridges import bridge as _bridge
 from redoxide._counters import CountersMixin
 from redoxide._expiry import ExpiryMixin
-from redoxide._patterns import PatternsMixin, cache_glob
+from redoxide._patterns import PatternsMixin
 from redoxide._protocols import ClientLike
 from redoxide._recompute import RecomputeMixin
 from redoxide._structures import StructuresMixin
@@ -29,7 +29,6 @@ from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
 from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
 from redoxide.connection import RawClient
-from redoxide.exceptions import ConfigurationError
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config
@@ -141,13 +140,15 @@ class RedisCache(
         self._fast_loads, self._fast_heads = fast_decoding(self._serializer)
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
         self._compress = type(self._compressor) is not IdentityCompressor
-        # A django-redis style compressor may have no min_length: it decides in compress().
-        self._compress_min = getattr(self._compressor, "min_length", 0)
+        # COMPRESS_MIN_LENGTH, else the compressor's own min_length (see options._value_codec).
+        self._compress_min = config.values.compress_min_length
         #: Every codec is redoxide's: reads may recognise compressed data by its magic bytes.
         self._known_codecs = (
             type(self._compressor) in BUILTIN_COMPRESSORS
             and type(self._serializer) in _BUILTIN_SERIALIZERS
         )
+        #: A user's codec: a write stores what reads back as the value (_stored_custom).
+        self._check_encoded = not self._known_codecs
         #: The compressor says which data it wrote (is_compressed); else its decompress() does.
         self._compressor_claims = (
             getattr(type(self._compressor), "is_compressed", BaseCompressor.is_compressed)
@@ -346,17 +347,9 @@ class RedisCache(
 
     def _clear(self) -> Plan[bool]:
         if self._config.behaviour.clear_prefix_only:
-            # Only this cache's keys, every version: for a database shared with other data.
-            match = cache_glob(self.key_func, self.key_prefix, self.version)
-            if match is None:
-                raise ConfigurationError(
-                    "redoxide: CLEAR_PREFIX_ONLY cannot tell this cache's keys from others': "
-                    "the names KEY_FUNCTION makes share no fixed part that holds KEY_PREFIX "
-                    f"{self.key_prefix!r} (it hashes them, or KEY_PREFIX is empty); nothing was "
-                    "deleted. Keep the prefix outside the hash, or give the cache a database "
-                    "of its own and clear() with FLUSHDB"
-                )
-            yield from self._delete_matching(match)
+            # Only this cache's names, every version (not another cache's whose KEY_PREFIX
+            # starts like this one's): for a database shared with other data.
+            yield from self._delete_own()
             return True
         return bool((yield self._client.execute, (("FLUSHDB",),)))
 

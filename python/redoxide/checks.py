@@ -3,9 +3,10 @@
 
 - ``manage.py check`` (tags ``redoxide``, ``caches``): every redoxide cache's LOCATION and
   OPTIONS, judged by the parser construction uses, so a check reports exactly what
-  building the cache would refuse (E001-E004), and a CLEAR_PREFIX_ONLY that clear() cannot
-  keep (E005).
-- ``manage.py check --deploy``: settings that are risky in production (W001-W005).
+  building the cache would refuse (E001-E004), a CLEAR_PREFIX_ONLY that clear() cannot
+  keep (E005), and a SERIALIZER that writes a digit string as the raw digits a read takes
+  for an int, with no COMPRESSOR to store it compressed (W007).
+- ``manage.py check --deploy``: settings that are risky in production (W001-W006).
 - ``manage.py check --tag redoxide_connectivity``: every node of every redoxide cache answers
   PING within the cache's timeouts (E010, E011). Like Django's database checks, which need
   ``--database``, it never runs unless asked: not before runserver or migrate, nor in a plain
@@ -27,8 +28,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from redoxide._location import parse_location, query_db
-from redoxide._patterns import cache_glob
+from redoxide._patterns import _SHAPE_KEYS, NameMatcher, name_matcher, shared_name
 from redoxide.cache import RedisCache
+from redoxide.exceptions import EncodingError
 from redoxide.options import Config, _names, parse_config
 from redoxide.serializers import PickleSerializer
 
@@ -70,6 +72,12 @@ _HINTS = {
     "W004": "Set LOG_IGNORED_EXCEPTIONS True so that an outage leaves a trace in the logs.",
     "W005": "Set CLEAR_PREFIX_ONLY True (clear() then deletes only this cache's keys), or "
     "give each cache a database of its own.",
+    "W006": 'Give each cache a KEY_PREFIX that no other\'s names can start with ("site" and '
+    '"sessions", not "site" and "site:1"), or a database of its own.',
+    "W007": "Ints are stored as raw digits (as Django and django-redis store them) and raw "
+    "digits are read as an int before the serializer is asked. Make the serializer write such "
+    "values in a form of its own (a prefix, quotes), as pickle, JSON and MessagePack do, or "
+    "set a COMPRESSOR (such values are then stored compressed).",
 }
 
 
@@ -170,7 +178,37 @@ def check_configuration(
         messages.extend(errors)
         if not errors:
             messages.extend(_clear_prefix_errors(alias, entry))
+            messages.extend(_digit_string_warnings(alias, entry))
     return messages
+
+
+#: Values whose serialized form a serializer may leave as raw digits.
+_DIGIT_PROBES: tuple[Any, ...] = ("0042", "42", "-7", b"42")
+
+
+def _digit_string_warnings(alias: str, entry: dict[str, Any]) -> list[CheckMessage]:
+    """A SERIALIZER (or COMPRESSOR) whose output for some value is raw digits that a read
+    takes for an int: set() of such a value raises EncodingError (W007)."""
+    cache = _build(backend_class(entry.get("BACKEND")), entry)
+    if not cache._check_encoded:  # redoxide's own codecs: never ambiguous
+        return []
+    refused = []
+    for probe in _DIGIT_PROBES:
+        try:
+            cache._encode(probe)
+        except EncodingError:
+            refused.append(probe)
+        except Exception:  # a value the serializer cannot write at all: not this check's
+            continue
+    if not refused:
+        return []
+    serializer = type(cache._serializer).__name__
+    shown = ", ".join(repr(p) for p in refused)
+    message = (
+        f"SERIALIZER {serializer} writes {shown} as raw digits, which a read would take for "
+        "an int: storing such a value raises EncodingError (nothing is written)."
+    )
+    return [_warning("W007", alias, message)]
 
 
 def _clear_prefix_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage]:
@@ -180,7 +218,7 @@ def _clear_prefix_errors(alias: str, entry: dict[str, Any]) -> list[CheckMessage
         return []
     key_func = get_key_func(entry.get("KEY_FUNCTION"))
     prefix, version = str(entry.get("KEY_PREFIX", "")), entry.get("VERSION", 1)
-    if key_func is default_key_func or cache_glob(key_func, prefix, version) is not None:
+    if key_func is default_key_func or name_matcher(key_func, prefix, version) is not None:
         return []
     message = (
         "CLEAR_PREFIX_ONLY cannot find this cache's keys: the names KEY_FUNCTION makes share "
@@ -284,6 +322,78 @@ def _shared_database_warnings(configs: list[tuple[str, Config]]) -> Iterator[War
             )
 
 
+def _matcher_of(entry: Any, clearing: bool) -> NameMatcher | None:
+    """The names a cache in CACHES makes (clearing: what its clear() deletes); None if its
+    key function does not import or fails."""
+    try:
+        key_func = get_key_func(entry.get("KEY_FUNCTION"))
+    except ImportError:
+        return None
+    prefix, version = str(entry.get("KEY_PREFIX", "")), entry.get("VERSION", 1)
+    return name_matcher(key_func, prefix, version, refuse=clearing)
+
+
+def _probed_name(mine: NameMatcher, entry: Any) -> str | None:
+    """A name another cache makes (its key function, with probe keys) that mine takes."""
+    key_func = get_key_func(entry.get("KEY_FUNCTION"))
+    prefix, version = str(entry.get("KEY_PREFIX", "")), entry.get("VERSION", 1)
+    for v in dict.fromkeys((version, 1, 2)):
+        for key in _SHAPE_KEYS:
+            try:
+                name = key_func(key, prefix, v)
+            except Exception:
+                break
+            if isinstance(name, str) and mine(name):
+                return name
+    return None
+
+
+def shared_names(alias: str, clearing: bool) -> list[tuple[str, str, str]]:
+    """Other caches in CACHES, on this redoxide cache's database, that make names this one
+    takes for its own: (their alias, their names' shape, a name of both), for clear() under
+    CLEAR_PREFIX_ONLY (clearing) or for delete_pattern() and keys(), which match one
+    version's names (caches that make the very same names are then left out: they are one
+    cache's keys under two aliases)."""
+    caches = _caches()
+    places = {other: _other_databases(entry) for other, entry in caches.items()}
+    places.update((other, _databases(config)) for other, config in valid_configs())
+    mine = _matcher_of(caches.get(alias), clearing)
+    if mine is None or not places.get(alias):
+        return []
+    found: list[tuple[str, str, str]] = []
+    for other, entry in caches.items():
+        if other == alias or not places[other] & places[alias]:
+            continue
+        theirs = _matcher_of(entry, clearing=False)
+        if theirs is None or (not clearing and theirs.shape == mine.shape):
+            continue
+        # A key function that hashes the whole name: its shape says nothing, its names may.
+        name = shared_name(mine, theirs) if theirs.literal else _probed_name(mine, entry)
+        if name is not None:
+            found.append((other, theirs.example(), name))
+    return found
+
+
+def _shared_name_warnings(configs: list[tuple[str, Config]]) -> Iterator[Warning]:
+    for alias, config in configs:
+        clearing = config.behaviour.clear_prefix_only
+        mine = _matcher_of(_caches().get(alias), clearing)
+        for other, shape, name in shared_names(alias, clearing):
+            if clearing:
+                what = (
+                    f"its clear() (CLEAR_PREFIX_ONLY) deletes CACHES[{other!r}]'s keys too: both "
+                    f"are in one database, and names of theirs ({shape}) can be of this cache's "
+                    f"shape ({mine.example() if mine else '?'}), as {name!r} is"
+                )
+            else:
+                what = (
+                    f"its names and CACHES[{other!r}]'s ({shape}), in one database, can be the "
+                    f"same, as {name!r} is: delete_pattern() and keys() of one take such keys "
+                    "of the other, and a set() of one overwrites them"
+                )
+            yield _warning("W006", alias, what + ".")
+
+
 def check_deployment(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
@@ -293,6 +403,7 @@ def check_deployment(
     for alias, config in configs:
         messages.extend(_deployment_warnings(alias, config))
     messages.extend(_shared_database_warnings(configs))
+    messages.extend(_shared_name_warnings(configs))
     return messages
 
 
