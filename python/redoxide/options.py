@@ -4,6 +4,7 @@ raises ImproperlyConfigured naming the option."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import pickle
 from dataclasses import fields
@@ -14,7 +15,13 @@ from django.utils.module_loading import import_string
 
 from redoxide._credentials import parse_credentials
 from redoxide._error_options import error_policy, refuse_foreign_factory
-from redoxide._location import parse_location, query_db, redact
+from redoxide._location import (
+    POOL_KEYWORDS,
+    parse_location,
+    pool_keyword,
+    query_options,
+    redact,
+)
 from redoxide._near_options import parse_near_cache
 from redoxide._sections import Behaviour, Config, Connection, ErrorPolicy, Servers, Values
 from redoxide._tls import TLS_OPTIONS, tls_settings
@@ -116,8 +123,16 @@ _DJANGO_REDIS_EQUIVALENTS = {
 }
 
 
-def _instance(option: str, value: Any, **kwargs: Any) -> Any:
-    """Accept a dotted path, a class, or an instance (django-redis' paths map to ours)."""
+def _codec(
+    option: str, value: Any, options: dict[str, Any], **kwargs: Any
+) -> tuple[Any, frozenset[str]]:
+    """Build a SERIALIZER or COMPRESSOR from a dotted path, a class or an instance (django-redis'
+    paths map to ours); return it and the names of the arguments it was given.
+
+    A class gets those of `kwargs` (the ones not None) that its constructor takes; a class
+    that takes an ``options`` argument, or that can be built no other way, gets the cache's
+    OPTIONS dict, as django-redis gives it. An instance is given nothing.
+    """
     obj = value
     if isinstance(obj, str):
         path = _DJANGO_REDIS_EQUIVALENTS.get(obj, obj)
@@ -125,20 +140,48 @@ def _instance(option: str, value: Any, **kwargs: Any) -> Any:
             obj = import_string(path)
         except ImportError as exc:
             raise _fail(option, f"cannot import {value!r}: {exc}") from exc
-    if isinstance(obj, type):
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        attempts: tuple[tuple[tuple[Any, ...], dict[str, Any]], ...] = (
-            ((), kwargs),
-            ((), {}),
-            (({},), {}),  # a django-redis style class that takes the OPTIONS dict
-        )
-        for args, kw in attempts:
-            try:
-                return obj(*args, **kw)
-            except TypeError:
-                continue
-        raise _fail(option, f"cannot instantiate {value!r}")
-    return obj
+    if not isinstance(obj, type):
+        return obj, frozenset()
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    try:
+        parameters = inspect.signature(obj).parameters
+    except (TypeError, ValueError):  # no signature to read: offer everything
+        parameters = None
+    attempts: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    if parameters is not None:
+        named = {
+            name
+            for name, p in parameters.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            given = {k: v for k, v in given.items() if k in named}
+        if "options" in named:
+            attempts.append(((), {**given, "options": options}))
+    attempts += [((), given), ((), {}), ((options,), {})]
+    for args, kw in attempts:
+        try:
+            made = obj(*args, **kw)
+        except TypeError:
+            continue
+        return made, frozenset(kw) | (frozenset({"options"}) if args else frozenset())
+    raise _fail(option, f"cannot instantiate {value!r}")
+
+
+def _undelivered(option: str, codec: str, value: Any, argument: str) -> ConfigurationError:
+    """An option meant for a codec that cannot take it."""
+    what = "given as an instance" if not isinstance(value, (str, type)) else f"{value!r}"
+    return _fail(
+        option,
+        f"cannot be applied: {codec} {what} takes no {argument!r} argument (nor the OPTIONS "
+        f"dict); nothing would use it. Remove it, or give a {codec} class that takes it",
+    )
+
+
+def _min_length(value: Any) -> int:
+    """A compressor's own min_length, where it has a usable one; else 0 (it decides)."""
+    own = getattr(value, "min_length", 0)
+    return own if isinstance(own, int) and not isinstance(own, bool) and own >= 0 else 0
 
 
 def _exception_classes(option: str, value: Any) -> tuple[type[BaseException], ...]:
@@ -265,6 +308,11 @@ def _names(options: Any) -> tuple[dict[str, Any], dict[str, str]]:
         raise ConfigurationError(f"redoxide: OPTIONS must be a dict, not {type(options).__name__}")
     seen: dict[str, tuple[str, Any]] = {}
     for name, value in options.items():
+        if name in POOL_KEYWORDS:  # the builtin backend hands these to redis-py's pool
+            reason = pool_keyword(name, value)
+            if reason is not None:
+                raise _fail(name, reason)
+            continue
         canonical = _ALIASES.get(name, name if name in _CANONICAL else None)
         if canonical is None:
             known = sorted({*_ALIASES, *_CANONICAL})
@@ -281,35 +329,95 @@ def _names(options: Any) -> tuple[dict[str, Any], dict[str, str]]:
     return opts, names
 
 
+def location_query(servers: tuple[str, ...]) -> dict[str, Any]:
+    """The settings LOCATION's query gives (redis-py's names: ?socket_timeout=, ?db=,
+    ?ssl_cert_reqs=...; each is also the canonical OPTIONS name). redoxide has one value of
+    each for every server, so every URL of a list must give the same ones."""
+    first = query_options(servers[0])
+    for url in servers[1:]:
+        other = query_options(url)
+        for key in sorted(first.keys() | other.keys()):
+            if first.get(key) != other.get(key):
+                raise ConfigurationError(
+                    f"redoxide: LOCATION's URLs disagree on ?{key}= ({redact(servers[0])!r}, "
+                    f"{redact(url)!r}): one value serves every server, so give the same on "
+                    "each URL, or put it in OPTIONS"
+                )
+    return first
+
+
+def _url_credentials(url: str, query: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """Credentials before the first URL's host count where OPTIONS gives none (the data
+    nodes' too); the query may repeat them, not contradict them."""
+    parts = urlsplit(url)
+    for key, before_host in (("username", parts.username or None), ("password", parts.password)):
+        if before_host is None:
+            continue
+        if key in query and unquote(before_host) != query[key]:
+            raise ConfigurationError(
+                f"redoxide: LOCATION {redact(url)!r} gives a {key} before the host and "
+                f"another as ?{key}=; give it once"
+            )
+        if kwargs.get(key) is None:
+            kwargs[key] = unquote(before_host)
+
+
+def _db(option: str, value: Any) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(option, f"must be a non-negative integer, not {value!r}")
+    return value
+
+
+# The connection settings OPTIONS, django-redis' CONNECTION_POOL_KWARGS and LOCATION's query
+# may each give: the name, its Connection/Servers field, and how an OPTIONS value is read.
+_CONNECTION_SETTINGS: tuple[tuple[str, str, Any], ...] = (
+    ("socket_timeout", "socket_timeout", _seconds),
+    ("socket_connect_timeout", "connect_timeout", _seconds),
+    ("username", "username", _optional_str),
+    ("password", "password", _optional_str),
+    ("db", "db", _db),
+)
+
+
 def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
-    """Timeouts, credentials and the database."""
+    """Timeouts, credentials and the database, from OPTIONS, CONNECTION_POOL_KWARGS (which
+    django-redis hands to redis-py's pool) and LOCATION's query (which redis-py reads).
+
+    Where several give one setting they must agree: redis-py lets the query win over the
+    pool's keywords, and those over OPTIONS, while redoxide's OPTIONS win over the URL's path
+    and user information; a contradiction is refused rather than settled silently."""
     servers: tuple[str, ...] = kwargs["urls"]
-    db_in_query = query_db(servers[0])
-    if db_in_query is not None:
-        kwargs["db"] = db_in_query
-    if "socket_timeout" in opts:
-        kwargs["socket_timeout"] = _seconds(names["socket_timeout"], opts["socket_timeout"])
-    if "socket_connect_timeout" in opts:
-        kwargs["connect_timeout"] = _seconds(
-            names["socket_connect_timeout"], opts["socket_connect_timeout"]
-        )
-    for key in ("username", "password"):
+    query = location_query(servers)
+    pool = opts.get("pool_kwargs")
+    pool = pool if isinstance(pool, dict) else {}
+    pool_name = names.get("pool_kwargs", "CONNECTION_POOL_KWARGS")
+    for key, value in pool.items():
+        reason = pool_keyword(key, value) if key in POOL_KEYWORDS else None
+        if reason is not None:
+            raise ConfigurationError(f"redoxide: OPTIONS[{pool_name!r}][{key!r}] {reason}")
+    for key, field, read in _CONNECTION_SETTINGS:
+        sources = []
         if key in opts:
-            kwargs[key] = _optional_str(names[key], opts[key])
-    # Credentials in the first URL count where OPTIONS gives none (the data nodes' too).
-    url = urlsplit(servers[0])
-    if kwargs.get("username") is None and url.username:
-        kwargs["username"] = unquote(url.username)
-    if kwargs.get("password") is None and url.password is not None:
-        kwargs["password"] = unquote(url.password)
+            sources.append((f"OPTIONS[{names[key]!r}]", read(names[key], opts[key])))
+        if key in pool:
+            where = f"OPTIONS[{pool_name!r}][{key!r}]"
+            sources.append((where, read(f"{pool_name}[{key!r}]", pool[key])))
+        if key in query:
+            sources.append((f"?{key}= in LOCATION", query[key]))
+        sources = [(where, value) for where, value in sources if value is not None]
+        for where, value in sources[1:]:
+            first, agreed = sources[0]
+            if value != agreed:
+                shown = "" if key == "password" else f" ({value!r} against {agreed!r})"
+                raise ConfigurationError(
+                    f"redoxide: {where} contradicts {first}{shown}; give it in one place"
+                )
+        if sources:
+            kwargs[field] = sources[0][1]
+    _url_credentials(servers[0], query, kwargs)
     parse_credentials(opts, names, kwargs)
-    if "db" in opts:
-        db = opts["db"]
-        if isinstance(db, str) and db.isdigit():
-            db = int(db)
-        if isinstance(db, bool) or not isinstance(db, int) or db < 0:
-            raise _fail(names["db"], f"must be a non-negative integer, not {db!r}")
-        kwargs["db"] = db
 
 
 def _sync_connections(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
@@ -333,13 +441,21 @@ def _value_codec(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, 
             names["pickle_protocol"],
             f"must be a pickle protocol from -1 to {pickle.HIGHEST_PROTOCOL}, not {protocol!r}",
         )
+    # What django-redis gives a codec class: the OPTIONS dict, as the user spelled it.
+    given_options = {names[k]: v for k, v in opts.items()}
     if "serializer" in opts:
-        serializer = _instance(names["serializer"], opts["serializer"], protocol=protocol)
+        serializer, received = _codec(
+            names["serializer"], opts["serializer"], given_options, protocol=protocol
+        )
         if not (
             callable(getattr(serializer, "dumps", None))
             and callable(getattr(serializer, "loads", None))
         ):
             raise _fail(names["serializer"], "must have dumps() and loads() methods")
+        if protocol is not None and not received & {"protocol", "options"}:
+            raise _undelivered(
+                names["pickle_protocol"], "SERIALIZER", opts["serializer"], "protocol"
+            )
         kwargs["serializer"] = serializer
     elif protocol is not None:
         kwargs["serializer"] = PickleSerializer(protocol=protocol)
@@ -355,8 +471,12 @@ def _value_codec(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, 
         raise _fail(names["compress_level"], f"must be an integer, not {level!r}")
     if "compressor" in opts:
         try:
-            compressor = _instance(
-                names["compressor"], opts["compressor"], min_length=min_length, level=level
+            compressor, received = _codec(
+                names["compressor"],
+                opts["compressor"],
+                given_options,
+                min_length=min_length,
+                level=level,
             )
         except ValueError as exc:
             raise _fail(names.get("compress_level", names["compressor"]), str(exc)) from exc
@@ -365,7 +485,14 @@ def _value_codec(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, 
         for method in ("compress", "decompress"):
             if not callable(getattr(compressor, method, None)):
                 raise _fail(names["compressor"], f"must have a {method}() method")
+        if level is not None and not received & {"level", "options"}:
+            raise _undelivered(names["compress_level"], "COMPRESSOR", opts["compressor"], "level")
         kwargs["compressor"] = compressor
+        # The cache applies the threshold itself, so it holds for every compressor, also one
+        # that takes no min_length (a compressor may still decline to compress a value).
+        kwargs["compress_min_length"] = (
+            min_length if min_length is not None else _min_length(compressor)
+        )
     if "sign_values" in opts or "signing_key" in opts:
         signed = signed_serializer(
             kwargs.get("serializer"), opts.get("sign_values", False), opts.get("signing_key"), names
@@ -426,7 +553,7 @@ def parse_config(location: Any, options: dict[str, Any] | None) -> Config:
     _value_codec(opts, names, kwargs)
     _behaviour(opts, names, kwargs)
     _topology(opts, names, kwargs)
-    kwargs["tls"] = tls_settings(opts, names, servers)
+    kwargs["tls"] = tls_settings(opts, names, servers, query=location_query(servers))
     if "near_cache" in opts:
         kwargs["near_cache"] = parse_near_cache(names["near_cache"], opts["near_cache"])
     refuse_foreign_factory(opts, names)
