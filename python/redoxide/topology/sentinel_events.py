@@ -181,19 +181,20 @@ class SentinelWatcher:
             sock = socket.create_connection(address, timeout=self._connect_timeout)
         except OSError:
             return None
+        buf = bytearray()
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             username, password = self._login
             if password is not None:
                 auth = ("AUTH", username, password) if username else ("AUTH", password)
                 sock.sendall(_command(*auth))
-                reply = self._reply(sock)
+                reply = self._reply(sock, buf)
                 if isinstance(reply, Exception):
                     self._refused(address, "AUTH", reply)
                     sock.close()
                     return None
             sock.sendall(_command("PSUBSCRIBE", "*"))
-            reply = self._reply(sock)
+            reply = self._reply(sock, buf)
             if not (isinstance(reply, list) and reply and reply[0] == b"psubscribe"):
                 self._refused(address, "PSUBSCRIBE *", reply)
                 sock.close()
@@ -202,7 +203,9 @@ class SentinelWatcher:
         except (OSError, ValueError):
             sock.close()
             return None
-        return _Link(sock, address)
+        link = _Link(sock, address)
+        link.buffer = buf  # events that came with the confirmation, read with the next ones
+        return link
 
     def _refused(self, address: tuple[str, int], command: str, reply: Any) -> None:
         """Warn once per sentinel that it refuses what following its events needs (an ACL
@@ -217,16 +220,19 @@ class SentinelWatcher:
         )  # fmt: skip
 
     @staticmethod
-    def _reply(sock: socket.socket) -> Any:
-        buf = bytearray()
+    def _reply(sock: socket.socket, buf: bytearray) -> Any:
+        """The next reply on `sock`; `buf` keeps what came after it (an event, say)."""
         while True:
             try:
-                return _parse(buf, 0)[0]
+                value, end = _parse(buf, 0)
             except _Incomplete:
                 chunk = sock.recv(65536)
                 if not chunk:
                     raise OSError("closed") from None
                 buf += chunk
+            else:
+                del buf[:end]
+                return value
 
     def _run(self, stop: threading.Event) -> None:
         selector = selectors.DefaultSelector()
