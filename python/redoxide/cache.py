@@ -133,6 +133,7 @@ class RedisCache(
                 self.key_func is default_key_func,
                 config.client_key,
                 config.errors.logger_name,
+                key_func=self.key_func,
             )
         self._serializer = config.values.serializer
         self._compressor = config.values.compressor

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -48,7 +49,7 @@ from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
 from redoxide.topology.parts import together
 
-__all__ = ["NearClient", "near_client", "tracked_prefixes"]
+__all__ = ["NearClient", "marker_name", "near_client", "tracked_prefixes"]
 
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
@@ -141,16 +142,43 @@ def tracked_prefixes(
     return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
 
 
+#: Where the key function's version goes in a database marker's name: no version the cache
+#: has (those are numbers), so keys(), delete_pattern() and clear() pass the marker by.
+_MARKER_VERSION = "redoxide"
+
+
+def marker_name(key_func: Callable[..., Any], key_prefix: str, token: str) -> str:
+    """The name of a near cache's database marker (the key its tracking connections keep to
+    see a SWAPDB): one the cache's own key function makes, with KEY_PREFIX and the version
+    "redoxide" (for Django's, ``KEY_PREFIX:redoxide:near-<token>``), so an ACL user limited
+    to the application's keys (``~KEY_PREFIX:*``) may write it. A key function that cannot
+    make it (one that wants a number for the version) gets ``redoxide:near:<token>``."""
+    try:
+        name = key_func(f"near-{token}", key_prefix, _MARKER_VERSION)
+    except Exception:
+        name = None
+    if isinstance(name, str) and name:
+        return name
+    return f"redoxide:near:{token}"
+
+
 class NearClient(Topology):
     """A ClientLike that keeps values of tracked keys in process memory."""
 
     def __init__(
-        self, inner: Any, settings: NearCacheConfig, prefixes: tuple[str, ...], logger: str
+        self,
+        inner: Any,
+        settings: NearCacheConfig,
+        prefixes: tuple[str, ...],
+        logger: str,
+        marker: Callable[[str], str] | None = None,
     ) -> None:
         self._inner = inner
         self._settings = settings
         self._prefixes = prefixes
         self._logger = logger
+        #: Names a store's database marker from a random token (None: the core's own name).
+        self._marker_of = marker
         self._nodes: tuple[Any, ...] | None = None
         # A cluster has no SWAPDB (and a marker key would belong to some other node's slots).
         self._check_db = not spans_primaries(inner)
@@ -175,12 +203,15 @@ class NearClient(Topology):
 
     def _new_store(self) -> Any:
         s = self._settings
+        # A marker of its own for each store (a forked child's too).
+        marker = None if self._marker_of is None else self._marker_of(secrets.token_hex(8))
         return _redoxide.NearCache(
             [p.encode() for p in self._prefixes],
             max_bytes=s.max_bytes,
             max_value_bytes=s.max_value_bytes,
             max_ttl=s.max_ttl,
             max_stale=s.max_stale_ms / 1000,
+            marker=marker,
         )
 
     def after_fork(self) -> None:
@@ -257,9 +288,9 @@ class NearClient(Topology):
         )
 
     def _refused(self) -> None:
-        logging.getLogger(self._logger).warning(
-            "redoxide: %s; the near cache is off for this cache", self._store.refusal()
-        )
+        # A refusal of tracking (the near cache is off), or of the database marker (it stays
+        # on, without seeing SWAPDB): said once, by the lookup that found it.
+        logging.getLogger(self._logger).warning("redoxide: %s", self._store.notice())
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -568,9 +599,12 @@ def near_client(
     default_key_func: bool,
     client_key: Any,
     logger: str,
+    key_func: Callable[..., Any] | None = None,
 ) -> NearClient:
     """The process-wide near cache of a configuration (one store, one set of tracking
-    connections, whatever the number of backend instances)."""
+    connections, whatever the number of backend instances). `key_func` (the cache's) names
+    its database marker (see `marker_name`)."""
     prefixes = tracked_prefixes(settings, key_prefix, version, default_key_func)
     key = (client_key, settings, prefixes)
-    return _near_clients.get(key, lambda: NearClient(inner, settings, prefixes, logger))
+    marker = None if key_func is None else functools.partial(marker_name, key_func, key_prefix)
+    return _near_clients.get(key, lambda: NearClient(inner, settings, prefixes, logger, marker))

@@ -229,16 +229,21 @@ impl NearCache {
 impl NearCache {
     /// Keep values of server keys starting with one of `prefixes`, at most `max_bytes` in
     /// all, none over `max_value_bytes`, each at most `max_ttl` seconds; serve hits only while
-    /// the tracking connections answered within `max_stale` seconds.
+    /// the tracking connections answered within `max_stale` seconds. `marker` names the key
+    /// each tracking connection keeps to see a SWAPDB (None: `redoxide:near:<random>`).
     #[new]
-    #[pyo3(signature = (prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale))]
+    #[pyo3(signature = (prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale, marker=None))]
     fn new(
         prefixes: Vec<Vec<u8>>,
         max_bytes: usize,
         max_value_bytes: usize,
         max_ttl: f64,
         max_stale: f64,
+        marker: Option<String>,
     ) -> PyResult<Self> {
+        if marker.as_deref() == Some("") {
+            return Err(PyValueError::new_err("the database marker needs a name"));
+        }
         if !(max_ttl.is_finite() && max_ttl > 0.0 && max_stale.is_finite() && max_stale > 0.0) {
             return Err(PyValueError::new_err("max_ttl and max_stale must be positive seconds"));
         }
@@ -249,7 +254,8 @@ impl NearCache {
                 .unwrap_or(u64::MAX),
         };
         let prefixes = prefixes.into_iter().map(Vec::into_boxed_slice).collect();
-        let near = Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale));
+        let near =
+            Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale), marker);
         Ok(NearCache { near: Arc::new(near) })
     }
 
@@ -488,6 +494,17 @@ impl NearCache {
         self.near.refusal()
     }
 
+    /// The one warning to give when a lookup answered False: a refusal of tracking (the near
+    /// cache is off) or of the database marker (it stays on; SWAPDB goes unseen).
+    fn notice(&self) -> String {
+        self.near.notice()
+    }
+
+    /// The name of the database marker key the tracking connections keep.
+    fn marker(&self) -> &str {
+        self.near.marker()
+    }
+
     /// Forget a fill whose request failed.
     fn cancel(&self, key: &Bound<'_, PyAny>, token: u64) {
         if let Some(key) = key_bytes(key) {
@@ -573,6 +590,7 @@ impl NearCache {
         out.set_item("epoch", epoch)?;
         out.set_item("serving", self.near.serving())?;
         out.set_item("enabled", self.near.enabled())?;
+        out.set_item("swapdb_watched", self.near.swapdb_watched())?;
         Ok(out)
     }
 }

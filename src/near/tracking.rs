@@ -90,6 +90,9 @@ const ACTIVE: u8 = 0;
 const REFUSED: u8 = 1;
 /// A server refused it and the warning was given: the near cache is off.
 const OFF: u8 = 2;
+/// Tracking works, but a server refused the database marker (SWAPDB goes unseen); the
+/// warning has not been given yet.
+const UNMARKED: u8 = 3;
 
 /// The tracked servers of one near cache.
 struct Trackers {
@@ -112,6 +115,16 @@ pub struct Near {
     gate_open: AtomicBool,
     state: AtomicU8,
     refusal: Mutex<String>,
+    /// What the one warning says (a refusal of tracking, or of the marker).
+    notice: Mutex<String>,
+    /// The database marker's name: one of the cache's own (KEY_PREFIX's) names, so that an
+    /// ACL user limited to the application's keys may write it.
+    marker: Box<str>,
+    /// Whether the last tracking session could not keep its marker (a server refused it):
+    /// SWAPDB is not seen; invalidations still are.
+    unmarked: AtomicBool,
+    /// Whether the marker's refusal was told (once per near cache).
+    unmarked_told: AtomicBool,
     started: AtomicBool,
     trackers: Mutex<Trackers>,
     /// On one server: its live tracking connection, which this process' writes of tracked
@@ -133,8 +146,14 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Near {
-    /// A near cache tracking nothing yet.
-    pub fn new(store: Store, prefixes: Vec<Box<[u8]>>, max_stale: Duration) -> Self {
+    /// A near cache tracking nothing yet, whose database marker is `marker` (None: a name
+    /// of redoxide's own, `redoxide:near:<random>`).
+    pub fn new(
+        store: Store,
+        prefixes: Vec<Box<[u8]>>,
+        max_stale: Duration,
+        marker: Option<String>,
+    ) -> Self {
         Near {
             store,
             prefixes,
@@ -143,6 +162,10 @@ impl Near {
             gate_open: AtomicBool::new(false),
             state: AtomicU8::new(ACTIVE),
             refusal: Mutex::new(String::new()),
+            notice: Mutex::new(String::new()),
+            marker: marker.unwrap_or_else(marker_key).into_boxed_str(),
+            unmarked: AtomicBool::new(false),
+            unmarked_told: AtomicBool::new(false),
             started: AtomicBool::new(false),
             trackers: Mutex::new(Trackers {
                 sources: Vec::new(),
@@ -197,16 +220,32 @@ impl Near {
         self.prefixes.iter().any(|p| key.starts_with(p))
     }
 
-    /// Whether tracking is (still) possible; the first call after a refusal returns the
-    /// reason once, for the one warning.
+    /// Whether tracking is (still) possible; the first call after a refusal of tracking, or
+    /// of the database marker, returns Err(Some(..)) once, for the one warning (`notice`).
+    /// That lookup reads the server as without a near cache; after a refusal of the marker
+    /// the next ones are served again.
     pub fn usable(&self) -> std::result::Result<(), Option<String>> {
         match self.state.load(Ordering::Acquire) {
             ACTIVE => Ok(()),
             REFUSED => {
                 if self.state.swap(OFF, Ordering::AcqRel) == REFUSED {
-                    return Err(Some(locked(&self.refusal).clone()));
+                    return Err(Some(self.notice()));
                 }
                 Err(None)
+            }
+            UNMARKED => {
+                let told = self.state.compare_exchange(
+                    UNMARKED,
+                    ACTIVE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                match told {
+                    Ok(_) => Err(Some(self.notice())),
+                    // Another lookup told it (ACTIVE now), or tracking was refused since.
+                    Err(ACTIVE) => Ok(()),
+                    Err(_) => Err(None),
+                }
             }
             _ => Err(None),
         }
@@ -217,6 +256,23 @@ impl Near {
         locked(&self.refusal).clone()
     }
 
+    /// The one warning's text: why a server refused tracking (the near cache is off), or
+    /// the database marker (SWAPDB goes unseen).
+    pub fn notice(&self) -> String {
+        locked(&self.notice).clone()
+    }
+
+    /// The database marker's name.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+
+    /// Whether SWAPDB is watched for: false once a server refused the database marker (until
+    /// a new tracking connection may keep it).
+    pub fn swapdb_watched(&self) -> bool {
+        !self.unmarked.load(Ordering::Acquire)
+    }
+
     /// Whether the gate is open (for stats: counts nothing).
     pub fn serving(&self) -> bool {
         now_ns() < self.gate_until.load(Ordering::Acquire)
@@ -224,7 +280,7 @@ impl Near {
 
     /// Whether no server refused tracking.
     pub fn enabled(&self) -> bool {
-        self.state.load(Ordering::Acquire) == ACTIVE
+        matches!(self.state.load(Ordering::Acquire), ACTIVE | UNMARKED)
     }
 
     /// Whether a hit may be served now (counting a trip when the gate is found shut).
@@ -335,11 +391,31 @@ impl Near {
     }
 
     fn refuse(&self, reason: String) {
+        *locked(&self.notice) = format!("{reason}; the near cache is off for this cache");
         *locked(&self.refusal) = reason;
         // Shut for good: no hit is served, and lookups pass straight through.
         self.state.store(REFUSED, Ordering::Release);
         self.gate_until.store(0, Ordering::Release);
         self.store.flush(Flush::Disconnect);
+    }
+
+    /// Whether the tracking session that just connected keeps its marker: `refused` is the
+    /// reason a server would not let it (None: it keeps it). A refusal is told once.
+    fn marked(&self, refused: Option<String>) {
+        let Some(reason) = refused else {
+            self.unmarked.store(false, Ordering::Release);
+            return;
+        };
+        self.unmarked.store(true, Ordering::Release);
+        if self.unmarked_told.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *locked(&self.notice) = format!(
+            "{reason}; the near cache stays on and hears every invalidation, but cannot see a \
+             SWAPDB by another client (a user who may read and write that key watches for it)"
+        );
+        // Never over a refusal of tracking: that warning is the one to give.
+        let _ = self.state.compare_exchange(ACTIVE, UNMARKED, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -444,7 +520,7 @@ async fn session(
             Ok::<(), redis::aio::SendError>(())
         });
     let deadline = source.connect_timeout + source.response_timeout;
-    let marker = marker_key();
+    let marker = near.marker();
     let setup = async {
         let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
         let mut cmd = redis::cmd("CLIENT");
@@ -455,13 +531,11 @@ async fn session(
         // Writes sent on this connection (see `Near::writer`) are not echoed back to it.
         cmd.arg("NOLOOP");
         cmd.query_async::<Value>(&mut conn).await?;
-        if source.check_db {
-            mark(&mut conn, &marker).await?;
-        }
-        Ok::<_, redis::RedisError>(conn)
+        let refused = if source.check_db { first_mark(&mut conn, marker).await? } else { None };
+        Ok::<_, redis::RedisError>((conn, refused))
     };
-    let mut conn = match tokio::time::timeout(deadline, setup).await {
-        Ok(Ok(conn)) => conn,
+    let (mut conn, refused) = match tokio::time::timeout(deadline, setup).await {
+        Ok(Ok(made)) => made,
         Ok(Err(err))
             if err.kind() == redis::ErrorKind::AuthenticationFailed && source.creds.is_some() =>
         {
@@ -481,6 +555,13 @@ async fn session(
         }
         _ => return Err(End::Lost),
     };
+    // Without its marker (a server refused it) the session watches liveness only.
+    let check_db = source.check_db && refused.is_none();
+    if source.check_db {
+        near.marked(refused.map(|code| {
+            format!("{} refused the near cache's database marker {marker} ({code})", source.addr)
+        }));
+    }
     // Tracking is on: whatever was kept (or is being filled) from before may have missed an
     // invalidation.
     near.store.flush(Flush::Connect);
@@ -506,23 +587,33 @@ async fn session(
                 Ok(_) => {}
             }
         }
-        let mut probe = redis::pipe();
-        probe.cmd("PING");
-        if source.check_db {
-            probe.cmd("GET").arg(&marker);
-        } else {
-            probe.cmd("ECHO").arg(&marker);
-        }
-        let reply = tokio::time::timeout(patience, probe.query_async::<(Value, Value)>(&mut conn));
+        // The probe: its answer proves every earlier invalidation arrived. GET of the marker
+        // when it is kept (and SWAPDB watched for), else PING with the marker as argument,
+        // which answers it.
+        let mut probe = redis::cmd(if check_db { "GET" } else { "PING" });
+        probe.arg(marker);
+        let reply = tokio::time::timeout(patience, probe.query_async::<Value>(&mut conn));
         let seen = match reply.await {
-            Ok(Ok((_, seen))) => seen,
+            Ok(Ok(seen)) => seen,
+            // An ACL that refuses the probe (NOPERM): no liveness, no hits; believed as a
+            // refusal of tracking is.
+            Ok(Err(err)) if refusal(&err) => {
+                return Err(End::Refused(format!(
+                    "{} refused the near cache's {} ({})",
+                    source.addr,
+                    if check_db { "GET of its database marker" } else { "PING" },
+                    err.code().unwrap_or(err.category())
+                )))
+            }
             _ => return Ok(()),
         };
         if matches!(&seen, Value::BulkString(b) if b.as_slice() == marker.as_bytes()) {
             near.answered(set_id, idx, sent);
-            if sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
+            // (Only a marker that is kept is refreshed: a cluster has none, its key could
+            // belong to another node's slots.)
+            if check_db && sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
                 marked_at = sent;
-                if mark(&mut conn, &marker).await.is_err() {
+                if mark(&mut conn, marker).await.is_err() {
                     return Ok(());
                 }
             }
@@ -531,7 +622,7 @@ async fn session(
             // SWAPDB (which servers do not signal to tracking clients), or deleted it.
             near.store.flush(Flush::Swapped);
             marked_at = now_ns();
-            if mark(&mut conn, &marker).await.is_err() {
+            if mark(&mut conn, marker).await.is_err() {
                 return Ok(());
             }
         }
@@ -543,12 +634,35 @@ async fn session(
 const MARK_TTL_MS: u64 = 600_000;
 const MARK_REFRESH_NS: u64 = 60_000_000_000;
 
-/// This connection's database marker: a key of its own whose value is its name.
+/// A database marker's name when none is given: a key of its own whose value is its name.
 fn marker_key() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(now_ns());
     format!("redoxide:near:{:016x}", h.finish())
+}
+
+/// A new session's first marking: write the marker and read it back (what the probes do) in
+/// one round trip. Ok(Some(code)) when the server refuses either (an ACL user without
+/// rights on that key: NOPERM): the session goes on without it.
+async fn first_mark(
+    conn: &mut redis::aio::MultiplexedConnection,
+    marker: &str,
+) -> redis::RedisResult<Option<String>> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg(marker).arg(marker).arg("PX").arg(MARK_TTL_MS);
+    pipe.cmd("GET").arg(marker);
+    let replies: Vec<redis::RedisResult<Value>> = pipe.ignore_errors().query_async(conn).await?;
+    for reply in replies {
+        match reply {
+            Ok(_) => {}
+            Err(err) if refusal(&err) => {
+                return Ok(Some(err.code().unwrap_or(err.category()).to_owned()))
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(None)
 }
 
 /// (Re)write the marker, whose disappearance reveals a SWAPDB.

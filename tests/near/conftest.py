@@ -3,9 +3,9 @@ second client that writes, and a proxy that can hold a fill's reply back (helper
 support/near.py).
 
 Near caches live for the process (one per configuration) and keep a tracking connection and
-a database marker key on their server: the tests here use a server of this folder's own, and
-every cache a test makes stops tracking (and its markers are deleted) when the test ends, so
-no other test sees their traffic or keys.
+a database marker key (one of the cache's own names) on their server: the tests here use a
+server of this folder's own, and every cache a test makes stops tracking (and its markers are
+deleted) when the test ends, so no other test sees their traffic or keys.
 """
 
 from __future__ import annotations

@@ -79,6 +79,6 @@ def stop_tracking(cache: Any) -> None:
     if not client._check_db:
         return  # a cluster: no markers
     with suppress(CacheError):
-        markers = cache.client.execute("KEYS", "redoxide:near:*")
-        if markers:
-            cache.client.execute("DEL", *markers)
+        # Its own (one of the cache's names), and any of redoxide's default name.
+        markers = [client._store.marker(), *cache.client.execute("KEYS", "redoxide:near:*")]
+        cache.client.execute("DEL", *markers)
