@@ -73,6 +73,12 @@ fn settle(
                 (Value::BulkString(value), Some(Value::Int(pttl))) if tracked => {
                     near.store.install(key, token, value, pttl);
                 }
+                // An ACL that lets the key be read but not its PTTL (which every install
+                // needs): nothing could ever be kept. Said once, and the near cache is off.
+                (Value::BulkString(_), Some(Value::ServerError(err))) if err.code() == "NOPERM" => {
+                    near.store.cancel(key, token);
+                    near.refuse_fills(format!("{source} refused the near cache's PTTL (NOPERM)"));
+                }
                 _ => near.store.cancel(key, token),
             }
         }

@@ -342,6 +342,9 @@ impl Near {
     }
 
     fn spawn(self: &Arc<Self>, trackers: &mut Trackers) -> Result<()> {
+        if !self.enabled() {
+            return Ok(()); // off for good: nothing to track for
+        }
         let rt = runtime::get()?;
         for (idx, source) in trackers.sources.iter().enumerate() {
             let task = run(Arc::clone(self), Arc::clone(source), idx, trackers.set_id);
@@ -397,6 +400,22 @@ impl Near {
         self.state.store(REFUSED, Ordering::Release);
         self.gate_until.store(0, Ordering::Release);
         self.store.flush(Flush::Disconnect);
+    }
+
+    /// A fill found that the near cache cannot keep anything (a server refused the PTTL of a
+    /// key it let us read): off for good, as after a refusal of tracking, with one warning;
+    /// the tracking connections are closed.
+    pub fn refuse_fills(&self, reason: String) {
+        if !self.enabled() {
+            return;
+        }
+        let mut trackers = locked(&self.trackers);
+        for task in trackers.tasks.drain(..) {
+            task.abort();
+        }
+        *locked(&self.writer) = None;
+        drop(trackers);
+        self.refuse(reason);
     }
 
     /// Whether the tracking session that just connected keeps its marker: `refused` is the

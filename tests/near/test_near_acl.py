@@ -131,3 +131,31 @@ def test_a_refused_probe_turns_the_near_cache_off_with_one_warning(
     assert len(said) == 1, said
     assert "PING (NOPERM)" in said[0]
     assert cache.near_cache_stats()["hits"] == 0
+
+
+def test_a_refused_pttl_turns_the_near_cache_off_with_one_warning(
+    make_near: Callable[..., Any],
+    acl_user: Callable[..., tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+) -> None:
+    # A fill reads GET and PTTL (a kept copy never outlives the key): a user who may read
+    # the key but not its PTTL could never keep anything. Off, said once; reads still work.
+    location, prefix = acl_user(lambda p: f"~{p}:*", "-pttl")
+    cache = make_near(location, KEY_PREFIX=prefix)
+    ops = Ops(cache, mode)
+    cache.set("cfg:a", 1)
+    with caplog.at_level(logging.WARNING, logger="redoxide"):
+        wait_for(
+            "the refusal",
+            lambda: ops.get("cfg:a") == 1 and not cache.near_cache_stats()["enabled"],
+        )
+        for _ in range(3):
+            assert ops.get("cfg:a") == 1
+            assert ops.get_many(["cfg:a"]) == {"cfg:a": 1}
+    said = [r.getMessage() for r in caplog.records if "near cache is off" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "PTTL (NOPERM)" in said[0]
+    stats = cache.near_cache_stats()
+    assert stats["hits"] == 0
+    assert stats["entries"] == 0
