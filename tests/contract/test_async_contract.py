@@ -275,10 +275,16 @@ class Outcome:
     state: dict[bytes, tuple[bytes | None, int]]
 
 
+def _near_marker(key: bytes) -> bool:
+    """Whether a server key is a near cache's database marker: ``KEY_PREFIX:redoxide:near-*``
+    (the cache's key function with the version "redoxide"), or ``redoxide:near:*``."""
+    return key.startswith(b"redoxide:near:") or b":redoxide:near-" in key
+
+
 def snapshot(client: Any) -> dict[bytes, tuple[bytes | None, int]]:
     """Return every key in Redis db 0 with its raw value and its PTTL in ms (-1: none); a
     near cache's database markers (REDOXIDE_TEST_NEAR_CACHE) are not the cache's data."""
-    keys = [k for k in client.keys("*") if not k.startswith(b"redoxide:near:")]
+    keys = [k for k in client.keys("*") if not _near_marker(k)]
     return {key: (client.get(key), client.pttl(key)) for key in keys}
 
 

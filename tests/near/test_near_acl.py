@@ -159,3 +159,68 @@ def test_a_refused_pttl_turns_the_near_cache_off_with_one_warning(
     stats = cache.near_cache_stats()
     assert stats["hits"] == 0
     assert stats["entries"] == 0
+
+
+def _slashed(key: str, key_prefix: str, version: Any) -> str:
+    return f"{key_prefix}/{version}/{key}"
+
+
+def _slashed_numbered(key: str, key_prefix: str, version: Any) -> str:
+    return f"{key_prefix}/v{int(version)}/{key}"
+
+
+@pytest.mark.parametrize(
+    ("key_func", "watched"),
+    [(_slashed, True), (_slashed_numbered, False)],
+    ids=["version-as-text", "version-as-number"],
+)
+def test_a_custom_key_function_names_the_marker(
+    make_near: Callable[..., Any],
+    acl_user: Callable[..., tuple[str, str]],
+    writer: Any,
+    caplog: pytest.LogCaptureFixture,
+    key_func: Callable[..., str],
+    watched: bool,
+) -> None:
+    # The user may touch only what this KEY_FUNCTION makes with KEY_PREFIX (~prefix/*). One
+    # that takes the version as text names the marker too; one that wants a number cannot,
+    # and the marker's refusal leaves the near cache on without SWAPDB detection.
+    location, prefix = acl_user(lambda p: f"~{p}/*")
+    version_part = "1" if watched else "v1"
+    near = {"PREFIXES": [f"{prefix}/{version_part}/cfg:"], "MAX_STALE_MS": 200}
+    cache = make_near(location, near=near, KEY_PREFIX=prefix, KEY_FUNCTION=key_func)
+    cache.set("cfg:a", 1)
+    with caplog.at_level(logging.WARNING, logger="redoxide"):
+        assert warm(cache, "cfg:a") == 1
+    stats = cache.near_cache_stats()
+    assert stats["enabled"] is True
+    assert stats["swapdb_watched"] is watched
+    said = [r.getMessage() for r in caplog.records if "SWAPDB" in r.getMessage()]
+    assert len(said) == (0 if watched else 1), said
+    writer.set(_server_key(cache, "cfg:a"), b"5")
+    wait_for("the new value", lambda: cache.get("cfg:a") == 5, timeout=5)
+
+
+def test_clear_of_the_caches_own_keys_keeps_the_near_cache(
+    make_near: Callable[..., Any],
+    acl_user: Callable[..., tuple[str, str]],
+    writer: Any,
+) -> None:
+    # CLEAR_PREFIX_ONLY (the only clear() such a user may run: FLUSHDB touches every key) and
+    # delete_pattern() delete the cache's keys; whether or not the marker goes with them, the
+    # near cache goes on serving, and another client's write still reaches it.
+    location, prefix = acl_user(lambda p: f"~{p}:*")
+    cache = make_near(location, KEY_PREFIX=prefix, CLEAR_PREFIX_ONLY=True)
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    assert cache.clear() is True
+    assert cache.get("cfg:a") is None
+    cache.set("cfg:a", 2)
+    assert warm(cache, "cfg:a") == 2
+    cache.delete_pattern("*")
+    assert cache.get("cfg:a") is None
+    cache.set("cfg:a", 3)
+    assert warm(cache, "cfg:a") == 3
+    writer.set(_server_key(cache, "cfg:a"), b"5")
+    wait_for("the new value", lambda: cache.get("cfg:a") == 5, timeout=5)
+    assert cache.near_cache_stats()["enabled"] is True
