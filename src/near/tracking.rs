@@ -120,7 +120,7 @@ pub struct Near {
     /// The database marker's name: one of the cache's own (KEY_PREFIX's) names, so that an
     /// ACL user limited to the application's keys may write it.
     marker: Box<str>,
-    /// Whether the last tracking session could not keep its marker (a server refused it):
+    /// Whether the tracking session keeps no marker (a server refused it, or is full):
     /// SWAPDB is not seen; invalidations still are.
     unmarked: AtomicBool,
     /// Whether the marker's refusal was told (once per near cache).
@@ -267,8 +267,9 @@ impl Near {
         &self.marker
     }
 
-    /// Whether SWAPDB is watched for: false once a server refused the database marker (until
-    /// a new tracking connection may keep it).
+    /// Whether SWAPDB is watched for: false while the tracking connection keeps no database
+    /// marker (a server refused it, until a new connection may keep it; or it is full, until
+    /// there is room).
     pub fn swapdb_watched(&self) -> bool {
         !self.unmarked.load(Ordering::Acquire)
     }
@@ -418,14 +419,8 @@ impl Near {
         self.refuse(reason);
     }
 
-    /// Whether the tracking session that just connected keeps its marker: `refused` is the
-    /// reason a server would not let it (None: it keeps it). A refusal is told once.
-    fn marked(&self, refused: Option<String>) {
-        let Some(reason) = refused else {
-            self.unmarked.store(false, Ordering::Release);
-            return;
-        };
-        self.unmarked.store(true, Ordering::Release);
+    /// A server refused the database marker (`reason`): told once per near cache.
+    fn tell_unmarked(&self, reason: String) {
         if self.unmarked_told.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -550,10 +545,11 @@ async fn session(
         // Writes sent on this connection (see `Near::writer`) are not echoed back to it.
         cmd.arg("NOLOOP");
         cmd.query_async::<Value>(&mut conn).await?;
-        let refused = if source.check_db { first_mark(&mut conn, marker).await? } else { None };
-        Ok::<_, redis::RedisError>((conn, refused))
+        let marking =
+            if source.check_db { first_mark(&mut conn, marker).await? } else { Marking::Kept };
+        Ok::<_, redis::RedisError>((conn, marking))
     };
-    let (mut conn, refused) = match tokio::time::timeout(deadline, setup).await {
+    let (mut conn, marking) = match tokio::time::timeout(deadline, setup).await {
         Ok(Ok(made)) => made,
         Ok(Err(err))
             if err.kind() == redis::ErrorKind::AuthenticationFailed && source.creds.is_some() =>
@@ -574,12 +570,18 @@ async fn session(
         }
         _ => return Err(End::Lost),
     };
-    // Without its marker (a server refused it) the session watches liveness only.
-    let check_db = source.check_db && refused.is_none();
+    // Without its marker (a server refused it, or is full) the session watches liveness
+    // only; a full server's is tried again at each refresh.
+    let mut check_db = source.check_db && matches!(marking, Marking::Kept);
+    let mut retry_mark = source.check_db && matches!(marking, Marking::Full);
     if source.check_db {
-        near.marked(refused.map(|code| {
-            format!("{} refused the near cache's database marker {marker} ({code})", source.addr)
-        }));
+        near.unmarked.store(!check_db, Ordering::Release);
+        if let Marking::Refused(code) = &marking {
+            near.tell_unmarked(format!(
+                "{} refused the near cache's database marker {marker} ({code})",
+                source.addr
+            ));
+        }
     }
     // Tracking is on: whatever was kept (or is being filled) from before may have missed an
     // invalidation.
@@ -630,10 +632,20 @@ async fn session(
             near.answered(set_id, idx, sent);
             // (Only a marker that is kept is refreshed: a cluster has none, its key could
             // belong to another node's slots.)
-            if check_db && sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
+            if (check_db || retry_mark) && sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
                 marked_at = sent;
-                if mark(&mut conn, marker).await.is_err() {
-                    return Ok(());
+                match mark(&mut conn, marker).await {
+                    Ok(()) => {
+                        if retry_mark {
+                            // Room again: from the next probe on, SWAPDB is watched for.
+                            (check_db, retry_mark) = (true, false);
+                            near.unmarked.store(false, Ordering::Release);
+                        }
+                    }
+                    // A full server (maxmemory, noeviction): the marker lives on until its
+                    // TTL (the refresh is tried again), or is written once there is room.
+                    Err(err) if full(&err) => {}
+                    Err(_) => return Ok(()),
                 }
             }
         } else {
@@ -661,13 +673,29 @@ fn marker_key() -> String {
     format!("redoxide:near:{:016x}", h.finish())
 }
 
+/// How a session's first marking went.
+enum Marking {
+    /// The marker is written (or not wanted: a cluster): SWAPDB is watched for.
+    Kept,
+    /// The server refuses it (an ACL user without rights on that key: NOPERM, with this
+    /// code): the session goes on without it.
+    Refused(String),
+    /// The server is full (maxmemory with noeviction): the session goes on without it, and
+    /// tries again at each refresh.
+    Full,
+}
+
+/// Whether a write failed because the server is full (OOM): reads still work.
+fn full(err: &redis::RedisError) -> bool {
+    err.code() == Some("OOM")
+}
+
 /// A new session's first marking: write the marker and read it back (what the probes do) in
-/// one round trip. Ok(Some(code)) when the server refuses either (an ACL user without
-/// rights on that key: NOPERM): the session goes on without it.
+/// one round trip.
 async fn first_mark(
     conn: &mut redis::aio::MultiplexedConnection,
     marker: &str,
-) -> redis::RedisResult<Option<String>> {
+) -> redis::RedisResult<Marking> {
     let mut pipe = redis::pipe();
     pipe.cmd("SET").arg(marker).arg(marker).arg("PX").arg(MARK_TTL_MS);
     pipe.cmd("GET").arg(marker);
@@ -675,13 +703,14 @@ async fn first_mark(
     for reply in replies {
         match reply {
             Ok(_) => {}
+            Err(err) if full(&err) => return Ok(Marking::Full),
             Err(err) if refusal(&err) => {
-                return Ok(Some(err.code().unwrap_or(err.category()).to_owned()))
+                return Ok(Marking::Refused(err.code().unwrap_or(err.category()).to_owned()))
             }
             Err(err) => return Err(err),
         }
     }
-    Ok(None)
+    Ok(Marking::Kept)
 }
 
 /// (Re)write the marker, whose disappearance reveals a SWAPDB.

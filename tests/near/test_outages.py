@@ -203,3 +203,25 @@ def test_a_server_that_cannot_track_leaves_the_near_cache_off_with_one_warning(
         cache.set("cfg:a", 2)
         assert cache.get("cfg:a") == 2
         assert cache.near_cache_stats()["hits"] == 0
+
+
+def test_a_full_server_leaves_the_near_cache_serving_without_its_marker(
+    make_near: Callable[..., Any], near_server: RedisServer, writer: Any, mode: str
+) -> None:
+    # maxmemory reached under noeviction: writes fail (OOM), reads do not. The database
+    # marker cannot be written, but the tracking connection hears every invalidation: the
+    # near cache serves, without SWAPDB detection until there is room again.
+    cache = make_near()
+    ops = Ops(cache, mode)
+    cache.set("cfg:a", 1)
+    near_server.cli("CONFIG", "SET", "maxmemory", "1")
+    try:
+        assert warm(cache, "cfg:a") == 1
+        assert ops.get("cfg:a") == 1
+        stats = cache.near_cache_stats()
+        assert stats["enabled"] is True
+        assert stats["swapdb_watched"] is False
+        writer.delete(str(cache.make_and_validate_key("cfg:a")))  # DEL works when full
+        wait_for("the deletion", lambda: ops.get("cfg:a") is None, timeout=5)
+    finally:
+        near_server.cli("CONFIG", "SET", "maxmemory", "0")
