@@ -120,6 +120,9 @@ pub struct Near {
     /// The database marker's name: one of the cache's own (KEY_PREFIX's) names, so that an
     /// ACL user limited to the application's keys may write it.
     marker: Box<str>,
+    /// Numbers the marker's values: each session, and each rewrite after the marker was
+    /// found gone, writes a value of its own.
+    stamps: AtomicU64,
     /// Whether the tracking session keeps no marker (a server refused it, or is full):
     /// SWAPDB is not seen; invalidations still are.
     unmarked: AtomicBool,
@@ -164,6 +167,7 @@ impl Near {
             refusal: Mutex::new(String::new()),
             notice: Mutex::new(String::new()),
             marker: marker.unwrap_or_else(marker_key).into_boxed_str(),
+            stamps: AtomicU64::new(0),
             unmarked: AtomicBool::new(false),
             unmarked_told: AtomicBool::new(false),
             started: AtomicBool::new(false),
@@ -265,6 +269,13 @@ impl Near {
     /// The database marker's name.
     pub fn marker(&self) -> &str {
         &self.marker
+    }
+
+    /// A value for the marker no earlier write gave it. A SWAPDB moves the marker to the
+    /// other database with the value it had; swapped back later (the marker rewritten here
+    /// meanwhile), that old copy must not pass for the current one.
+    fn stamp(&self) -> String {
+        format!("{}#{}", self.marker, self.stamps.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Whether SWAPDB is watched for: false while the tracking connection keeps no database
@@ -535,6 +546,7 @@ async fn session(
         });
     let deadline = source.connect_timeout + source.response_timeout;
     let marker = near.marker();
+    let mut stamp = near.stamp();
     let setup = async {
         let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
         let mut cmd = redis::cmd("CLIENT");
@@ -545,8 +557,11 @@ async fn session(
         // Writes sent on this connection (see `Near::writer`) are not echoed back to it.
         cmd.arg("NOLOOP");
         cmd.query_async::<Value>(&mut conn).await?;
-        let marking =
-            if source.check_db { first_mark(&mut conn, marker).await? } else { Marking::Kept };
+        let marking = if source.check_db {
+            first_mark(&mut conn, marker, &stamp).await?
+        } else {
+            Marking::Kept
+        };
         Ok::<_, redis::RedisError>((conn, marking))
     };
     let (mut conn, marking) = match tokio::time::timeout(deadline, setup).await {
@@ -609,10 +624,15 @@ async fn session(
             }
         }
         // The probe: its answer proves every earlier invalidation arrived. GET of the marker
-        // when it is kept (and SWAPDB watched for), else PING with the marker as argument,
-        // which answers it.
-        let mut probe = redis::cmd(if check_db { "GET" } else { "PING" });
-        probe.arg(marker);
+        // when it is kept (and SWAPDB watched for), else PING with the marker's value as
+        // argument, which answers it.
+        let mut probe = redis::cmd("GET");
+        if check_db {
+            probe.arg(marker);
+        } else {
+            probe = redis::cmd("PING");
+            probe.arg(&stamp);
+        }
         let reply = tokio::time::timeout(patience, probe.query_async::<Value>(&mut conn));
         let seen = match reply.await {
             Ok(Ok(seen)) => seen,
@@ -628,13 +648,13 @@ async fn session(
             }
             _ => return Ok(()),
         };
-        if matches!(&seen, Value::BulkString(b) if b.as_slice() == marker.as_bytes()) {
+        if matches!(&seen, Value::BulkString(b) if b.as_slice() == stamp.as_bytes()) {
             near.answered(set_id, idx, sent);
             // (Only a marker that is kept is refreshed: a cluster has none, its key could
             // belong to another node's slots.)
             if (check_db || retry_mark) && sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
                 marked_at = sent;
-                match mark(&mut conn, marker).await {
+                match mark(&mut conn, marker, &stamp).await {
                     Ok(()) => {
                         if retry_mark {
                             // Room again: from the next probe on, SWAPDB is watched for.
@@ -653,7 +673,8 @@ async fn session(
             // SWAPDB (which servers do not signal to tracking clients), or deleted it.
             near.store.flush(Flush::Swapped);
             marked_at = now_ns();
-            if mark(&mut conn, marker).await.is_err() {
+            stamp = near.stamp();
+            if mark(&mut conn, marker, &stamp).await.is_err() {
                 return Ok(());
             }
         }
@@ -665,7 +686,7 @@ async fn session(
 const MARK_TTL_MS: u64 = 600_000;
 const MARK_REFRESH_NS: u64 = 60_000_000_000;
 
-/// A database marker's name when none is given: a key of its own whose value is its name.
+/// A database marker's name when none is given: a key of redoxide's own.
 fn marker_key() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -695,9 +716,10 @@ fn full(err: &redis::RedisError) -> bool {
 async fn first_mark(
     conn: &mut redis::aio::MultiplexedConnection,
     marker: &str,
+    stamp: &str,
 ) -> redis::RedisResult<Marking> {
     let mut pipe = redis::pipe();
-    pipe.cmd("SET").arg(marker).arg(marker).arg("PX").arg(MARK_TTL_MS);
+    pipe.cmd("SET").arg(marker).arg(stamp).arg("PX").arg(MARK_TTL_MS);
     pipe.cmd("GET").arg(marker);
     let replies: Vec<redis::RedisResult<Value>> = pipe.ignore_errors().query_async(conn).await?;
     for reply in replies {
@@ -717,8 +739,9 @@ async fn first_mark(
 async fn mark(
     conn: &mut redis::aio::MultiplexedConnection,
     marker: &str,
+    stamp: &str,
 ) -> redis::RedisResult<()> {
     let mut cmd = redis::cmd("SET");
-    cmd.arg(marker).arg(marker).arg("PX").arg(MARK_TTL_MS);
+    cmd.arg(marker).arg(stamp).arg("PX").arg(MARK_TTL_MS);
     cmd.query_async::<Value>(conn).await.map(drop)
 }

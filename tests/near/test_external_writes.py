@@ -194,3 +194,29 @@ def test_rounds_of_write_then_read_never_serve_past_the_bound(
         f"\n2000 rounds: the fresh value read {median * 1e6:.0f} us after the write's "
         f"acknowledgement (median), p99 {p99 * 1e6:.0f} us, max {delays[-1] * 1e6:.0f} us"
     )
+
+
+def test_a_swapdb_back_is_seen_too(
+    make_near: Callable[..., Any], near_server: Any, mode: str
+) -> None:
+    # SWAPDB moves the database marker to the other database with the value it had. Swapped
+    # back, that copy is in this database again: it must not pass for the current marker
+    # (written after the first swap was seen), or the second swap would go unseen.
+    import redis
+
+    cache = make_near()
+    ops = Ops(cache, mode)
+    other = redis.Redis(host="127.0.0.1", port=near_server.port, db=1)
+    try:
+        other.set(_key(cache, "cfg:a"), b"41")
+        cache.set("cfg:a", "db0")
+        assert warm(cache, "cfg:a") == "db0"
+        other.swapdb(0, 1)
+        wait_for("the first swap", lambda: cache.near_cache_stats()["flushes"]["swapped"] >= 1)
+        assert warm(cache, "cfg:a") == 41
+        other.swapdb(0, 1)
+        wait_for("the second swap", lambda: cache.near_cache_stats()["flushes"]["swapped"] >= 2)
+        assert ops.get("cfg:a") == "db0"
+    finally:
+        other.flushdb()
+        other.close()
