@@ -1,14 +1,16 @@
-"""OPTIONS["NEAR_CACHE"]: which keys this process keeps in its own memory, and the bounds."""
+"""OPTIONS["NEAR_CACHE"]: which keys this process keeps in its own memory, and the bounds; the
+name of a near cache's database marker."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from redoxide.exceptions import ConfigurationError
 
-__all__ = ["NearCacheConfig", "parse_near_cache"]
+__all__ = ["NearCacheConfig", "marker_name", "parse_near_cache"]
 
 _KEYS = ("PREFIXES", "MAX_BYTES", "MAX_VALUE_BYTES", "MAX_TTL", "MAX_STALE_MS")
 
@@ -85,3 +87,23 @@ def parse_near_cache(option: str, value: Any) -> NearCacheConfig | None:
     if config.max_value_bytes > config.max_bytes:
         raise _fail(f"{option}.MAX_VALUE_BYTES", "must not be larger than MAX_BYTES")
     return config
+
+
+#: Where the key function's version goes in a database marker's name: no version the cache
+#: has (those are numbers), so keys(), delete_pattern() and clear() pass the marker by.
+_MARKER_VERSION = "redoxide"
+
+
+def marker_name(key_func: Callable[..., Any], key_prefix: str, token: str) -> str:
+    """The name of a near cache's database marker (the key its tracking connections keep to
+    see a SWAPDB): one the cache's own key function makes, with KEY_PREFIX and the version
+    "redoxide" (for Django's, ``KEY_PREFIX:redoxide:near-<token>``), so an ACL user limited
+    to the application's keys (``~KEY_PREFIX:*``) may write it. A key function that cannot
+    make it (one that wants a number for the version) gets ``redoxide:near:<token>``."""
+    try:
+        name = key_func(f"near-{token}", key_prefix, _MARKER_VERSION)
+    except Exception:
+        name = None
+    if isinstance(name, str) and name:
+        return name
+    return f"redoxide:near:{token}"

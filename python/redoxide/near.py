@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from redoxide import _redoxide, plans
-from redoxide._near_options import NearCacheConfig
+from redoxide._near_options import NearCacheConfig, marker_name
 from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
 from redoxide._redoxide import Bridge, Client, NearCache
 from redoxide._registry import Registry, track
@@ -49,7 +49,7 @@ from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
 from redoxide.topology.parts import together
 
-__all__ = ["NearClient", "marker_name", "near_client", "tracked_prefixes"]
+__all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
@@ -140,26 +140,6 @@ def tracked_prefixes(
     if not default:
         return settings.prefixes
     return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
-
-
-#: Where the key function's version goes in a database marker's name: no version the cache
-#: has (those are numbers), so keys(), delete_pattern() and clear() pass the marker by.
-_MARKER_VERSION = "redoxide"
-
-
-def marker_name(key_func: Callable[..., Any], key_prefix: str, token: str) -> str:
-    """The name of a near cache's database marker (the key its tracking connections keep to
-    see a SWAPDB): one the cache's own key function makes, with KEY_PREFIX and the version
-    "redoxide" (for Django's, ``KEY_PREFIX:redoxide:near-<token>``), so an ACL user limited
-    to the application's keys (``~KEY_PREFIX:*``) may write it. A key function that cannot
-    make it (one that wants a number for the version) gets ``redoxide:near:<token>``."""
-    try:
-        name = key_func(f"near-{token}", key_prefix, _MARKER_VERSION)
-    except Exception:
-        name = None
-    if isinstance(name, str) and name:
-        return name
-    return f"redoxide:near:{token}"
 
 
 class NearClient(Topology):
