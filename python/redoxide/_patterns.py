@@ -119,6 +119,11 @@ _SHAPE_KEYS = tuple(
     f"{first}{'-' * (i % 5)}:{i}{last}"
     for i, (first, last) in enumerate(zip(_LETTERS, _LETTERS[::-1], strict=True))
 )
+# The same with letters and digits only, for a key function that refuses other characters.
+_PLAIN_SHAPE_KEYS = tuple(
+    f"{first}{'x' * (i % 5)}{i}{last}"
+    for i, (first, last) in enumerate(zip(_LETTERS, _LETTERS[::-1], strict=True))
+)
 # Two versions whose texts differ in their first and in their last digit, to find where a key
 # function that formats the version as a number puts it.
 _NUMERIC = (12345, 678906)
@@ -203,11 +208,13 @@ def name_shape(key_func: Callable[..., str], prefix: str, version: Any) -> Shape
 
 
 def _made(key_func: Callable[..., str], prefix: str, version: Any) -> list[str] | None:
-    try:
-        made = [key_func(k, prefix, version) for k in _SHAPE_KEYS]
-    except Exception:
-        return None
-    return made if all(isinstance(m, str) for m in made) else None
+    for keys in (_SHAPE_KEYS, _PLAIN_SHAPE_KEYS):
+        try:
+            made = [key_func(k, prefix, version) for k in keys]
+        except Exception:
+            continue  # a key function that validates keys: plain ones, then
+        return made if all(isinstance(m, str) for m in made) else None
+    return None
 
 
 def _common_prefix(texts: list[str]) -> str:

@@ -199,6 +199,15 @@ def int_version_key(key: Any, key_prefix: str, version: Any) -> str:
     return "%s/v%04d/%s" % (key_prefix, version, key)  # noqa: UP031
 
 
+def word_key(key: Any, key_prefix: str, version: Any) -> str:
+    """Django's layout, for keys of letters, digits and underscores only (others raise)."""
+    import re
+
+    if not re.fullmatch(r"\w+", str(key)):
+        raise ValueError(f"not a word: {key!r}")
+    return f"{key_prefix}:{version}:{key}"
+
+
 def hashed_tail_key(key: Any, key_prefix: str, version: Any) -> str:
     """Prefix and version kept, the key hashed."""
     import hashlib
@@ -304,6 +313,32 @@ def test_clear_prefix_only_with_a_key_function_deletes_its_names_and_no_lookalik
 
     assert raw_names(site) == others
     assert site.get_many(["x:shop:y", "shop"]) == {"x:shop:y": 1, "shop": 2}
+
+
+def test_clear_prefix_only_with_a_key_function_that_validates_keys(
+    caches_on: Callable[..., Any],
+) -> None:
+    # The shape is found with keys of letters and digits when the key function refuses the
+    # usual probes (which hold ":" and "-").
+    caches = caches_on(
+        shop={
+            "KEY_PREFIX": "shop",
+            "KEY_FUNCTION": word_key,
+            "OPTIONS": {"CLEAR_PREFIX_ONLY": True},
+        },
+        other={"KEY_PREFIX": "shop:other"},
+    )
+    shop, other = caches["shop"], caches["other"]
+    other.set_many({"a": 1, "b": 2})
+    others = raw_names(other)
+    for version in (1, 2, 10):
+        shop.set_many({"k1": 1, "k_2": 2}, version=version)
+    assert len(raw_names(shop) - others) == 6
+
+    assert shop.clear() is True
+
+    assert raw_names(shop) == others
+    assert other.get_many(["a", "b"]) == {"a": 1, "b": 2}
 
 
 # -- the shapes, without a server ----------------------------------------------------------------
