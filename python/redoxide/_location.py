@@ -15,6 +15,8 @@ __all__ = [
     "POOL_KEYWORDS",
     "QUERY_PARAMETERS",
     "SCHEMES",
+    "SHOWN_PARAMETERS",
+    "is_number",
     "parse_location",
     "pool_keyword",
     "query_db",
@@ -25,10 +27,16 @@ __all__ = [
 SCHEMES = frozenset({"redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"})
 
 
+def is_number(text: str) -> bool:
+    """Whether `text` is a whole number written in ASCII digits: str.isdigit() also takes
+    "²" (which int() refuses) and "٣" (which int() reads as 3, and the Rust core would not)."""
+    return text.isascii() and text.isdigit()
+
+
 def redact(url: str) -> str:
     """Return the URL with any password hidden: in the user information, and in the query
-    (?password=, and the value of any parameter redoxide does not know, which may be a
-    misspelt password)."""
+    (the value of every parameter but those of SHOWN_PARAMETERS: ?password=, ?ssl_password=
+    and any name redoxide does not know, which may be a misspelt password, show ***)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
@@ -45,8 +53,7 @@ def redact(url: str) -> str:
     if question:
         params = (p.partition("=") for p in query.split("&"))
         query = "&".join(
-            f"{k}{eq}{v if k in QUERY_PARAMETERS and k != 'password' else '***' if eq else ''}"
-            for k, eq, v in params
+            f"{k}{eq}{v if k in SHOWN_PARAMETERS else '***' if eq else ''}" for k, eq, v in params
         )
     return f"{scheme}://{shown}{base}{question}{query}"
 
@@ -107,7 +114,7 @@ def parse_location(location: Any) -> tuple[str, ...]:
         # Caught here rather than on first use: a database that is not a number ("/-1") or
         # port 0 would only fail when the first command connects.
         path_db = parts.path.strip("/")
-        if not scheme.endswith("unix") and path_db and not path_db.isdigit():
+        if not scheme.endswith("unix") and path_db and not is_number(path_db):
             raise ConfigurationError(
                 f"redoxide: LOCATION {redact(url)!r}: the database after the host must be a "
                 "number (e.g. redis://127.0.0.1:6379/0)"
@@ -174,7 +181,7 @@ def _seconds(value: str) -> float:
 def _count(minimum: int) -> Callable[[str], int]:
     def parse(value: str) -> int:
         text = value.strip()
-        if not text.isdigit() or int(text) < minimum:
+        if not is_number(text) or int(text) < minimum:
             raise ValueError(f"must be a whole number from {minimum}")
         return int(text)
 
@@ -251,7 +258,7 @@ def _never(reason: str) -> Callable[[str], None]:
 def _tls_version(value: str) -> None:
     # ssl.TLSVersion: MINIMUM_SUPPORTED -2, TLSv1 769 ... TLSv1_2 771, TLSv1_3 772.
     text = value.strip()
-    version = int(text) if text.lstrip("-").isdigit() else None
+    version = int(text) if is_number(text.removeprefix("-")) else None
     if version is None:
         raise ValueError("must be an ssl.TLSVersion number")
     if not (version == -2 or version <= 771):
@@ -307,6 +314,22 @@ _REFUSED: dict[str, Callable[[str], None]] = {
 #: The query parameters LOCATION accepts (those of _REFUSED only with redoxide's own value).
 QUERY_PARAMETERS = frozenset({*_HONOURED, *_IGNORED, *_REFUSED})
 
+#: The query parameters whose values messages may show (redact, query_options' errors): an
+#: allow-list, so a secret in any other one (?password=, ?ssl_password=, ?ssl_ca_data=, a
+#: name redoxide does not know) is hidden.
+SHOWN_PARAMETERS = frozenset(
+    {
+        *("db", "username", "socket_timeout", "socket_connect_timeout"),
+        *("ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"),
+        *("max_connections", "timeout", "retry_on_timeout", "retry_on_error"),
+        *("socket_keepalive", "socket_read_size", "health_check_interval"),
+        *("protocol", "decode_responses", "encoding", "encoding_errors", "legacy_responses"),
+        *("client_name", "lib_name", "lib_version", "ssl_validate_ocsp"),
+        *("ssl_validate_ocsp_stapled", "ssl_min_version", "ssl_ca_path", "ssl_ciphers"),
+        *("ssl_include_verify_flags", "ssl_exclude_verify_flags"),
+    }
+)
+
 
 def query_options(url: str) -> dict[str, Any]:
     """Check a URL's query parameters as redis-py's from_url reads them, and return what
@@ -342,8 +365,8 @@ def query_options(url: str) -> dict[str, Any]:
             else:
                 _REFUSED[name](value)
         except ValueError as exc:
-            # The value is shown to say what is wrong, except a password's.
-            shown = name != "password" and str(exc).startswith("must")
+            # The value is shown to say what is wrong, unless it may be a secret.
+            shown = name in SHOWN_PARAMETERS and str(exc).startswith("must")
             raise ConfigurationError(
                 f"{where} {exc}{f', not {value!r}' if shown else ''}"
             ) from None
@@ -372,5 +395,6 @@ def pool_keyword(name: str, value: Any) -> str | None:
     try:
         (_IGNORED.get(name) or _REFUSED[name])(text)
     except ValueError as exc:
-        return f"{exc}, not {value!r}" if str(exc).startswith("must") else str(exc)
+        shown = name in SHOWN_PARAMETERS and str(exc).startswith("must")
+        return f"{exc}, not {value!r}" if shown else str(exc)
     return None

@@ -163,6 +163,10 @@ def test_password_not_in_fail_open_logs(caplog: pytest.LogCaptureFixture) -> Non
         f"redis://127.0.0.1:6379/0?pasword={SECRET}",
         f"redis://u:other@127.0.0.1:6379/0?password={SECRET}",
         f"redis://127.0.0.1:6379/0?password={SECRET}&password=x",
+        f"rediss://127.0.0.1:6379/0?ssl_password={SECRET}",
+        f"rediss://127.0.0.1:6379/0?ssl_certfile=c.pem&ssl_keyfile=k.pem&ssl_password={SECRET}",
+        f"redis://127.0.0.1:6379/0?db=1&api_secret={SECRET}",
+        f"redis://127.0.0.1:6379/x?socket_timeout=1&auth_token={SECRET}",
     ],
     ids=[
         "slash_before",
@@ -175,6 +179,10 @@ def test_password_not_in_fail_open_logs(caplog: pytest.LogCaptureFixture) -> Non
         "query_misspelt",
         "query_and_userinfo",
         "query_twice",
+        "ssl_password",
+        "ssl_password_with_key",
+        "unknown_secret_name",
+        "unknown_name_beside_a_bad_db",
     ],
 )
 def test_password_with_unescaped_characters_not_in_errors(location: str) -> None:
