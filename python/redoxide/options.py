@@ -17,6 +17,7 @@ from redoxide._credentials import parse_credentials
 from redoxide._error_options import error_policy, refuse_foreign_factory
 from redoxide._location import (
     POOL_KEYWORDS,
+    is_number,
     parse_location,
     pool_keyword,
     query_options,
@@ -81,11 +82,14 @@ _ACCEPTED_CLIENT_CLASSES = frozenset(
 TOPOLOGIES = ("standalone", "replicas", "sentinel", "cluster")
 
 
-def _fail(option: str, message: str) -> ConfigurationError:
-    return ConfigurationError(f"redoxide: OPTIONS[{option!r}] {message}")
+def _fail(option: str | tuple[str, ...], message: str) -> ConfigurationError:
+    """An error naming an option: OPTIONS['DB'], or for a key of a dict option, a tuple
+    naming both: OPTIONS['CONNECTION_POOL_KWARGS']['db']."""
+    path = (option,) if isinstance(option, str) else option
+    return ConfigurationError(f"redoxide: OPTIONS{''.join(f'[{p!r}]' for p in path)} {message}")
 
 
-def _seconds(option: str, value: Any) -> float:
+def _seconds(option: str | tuple[str, ...], value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(option, f"must be a number of seconds, not {value!r}")
     if not math.isfinite(value) or not 0.001 <= value <= 86400:
@@ -93,7 +97,7 @@ def _seconds(option: str, value: Any) -> float:
     return float(value)
 
 
-def _optional_str(option: str, value: Any) -> str | None:
+def _optional_str(option: str | tuple[str, ...], value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise _fail(option, f"must be a string, not {type(value).__name__}")
@@ -221,7 +225,7 @@ def _sentinel_addresses(option: str, value: Any) -> tuple[tuple[str, int], ...]:
     for item in value:
         if isinstance(item, str):
             host, _, port_text = item.rpartition(":")
-            item = (host, int(port_text)) if port_text.isdigit() and host else item
+            item = (host, int(port_text)) if is_number(port_text) and host else item
         if (
             not isinstance(item, (list, tuple))
             or len(item) != 2
@@ -260,7 +264,7 @@ def _topology(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any
         kwargs["service_name"] = parts.hostname
         path_db = parts.path.strip("/")
         if path_db and "db" not in kwargs:
-            if not path_db.isdigit():
+            if not is_number(path_db):
                 raise ConfigurationError(
                     f"redoxide: LOCATION {redact(servers[0])!r}: the database must be a number"
                 )
@@ -362,8 +366,8 @@ def _url_credentials(url: str, query: dict[str, Any], kwargs: dict[str, Any]) ->
             kwargs[key] = unquote(before_host)
 
 
-def _db(option: str, value: Any) -> int:
-    if isinstance(value, str) and value.isdigit():
+def _db(option: str | tuple[str, ...], value: Any) -> int:
+    if isinstance(value, str) and is_number(value):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _fail(option, f"must be a non-negative integer, not {value!r}")
@@ -381,13 +385,47 @@ _CONNECTION_SETTINGS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+def _path_dbs(servers: tuple[str, ...]) -> list[str]:
+    """The database in each URL's path ("" for none; a unix socket's path is the socket's)."""
+    parts = [urlsplit(url) for url in servers]
+    return ["" if p.scheme.endswith("unix") else p.path.strip("/") for p in parts]
+
+
+def _pool_gives_way(servers: tuple[str, ...], key: str, value: Any, pool_name: str) -> bool:
+    """Whether a CONNECTION_POOL_KWARGS db, username or password yields to LOCATION's path or
+    user information, as in redis-py's from_url, which applies those over the pool's keywords
+    (so django-redis stores in the URL's database, and so do we). A pool db that would still
+    serve some URLs of a list (those without a database in their path) is refused unless the
+    others name it too: one database serves every server."""
+    if key == "username":
+        return bool(urlsplit(servers[0]).username)
+    if key == "password":
+        return bool(urlsplit(servers[0]).password)
+    if key != "db":
+        return False
+    paths = _path_dbs(servers)
+    if "" not in paths:
+        return True  # every URL names its database: the pool's serves none
+    if {int(path) for path in paths if path} - {value}:
+        raise _fail(
+            (pool_name, key),
+            f"({value!r}) would serve the LOCATION URLs without a database in their path, "
+            "while the others name another: one database serves every server, so name it "
+            "in every URL, or in OPTIONS['DB']",
+        )
+    return False  # it serves the URLs without one, and repeats the others'
+
+
 def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
     """Timeouts, credentials and the database, from OPTIONS, CONNECTION_POOL_KWARGS (which
     django-redis hands to redis-py's pool) and LOCATION's query (which redis-py reads).
 
-    Where several give one setting they must agree: redis-py lets the query win over the
-    pool's keywords, and those over OPTIONS, while redoxide's OPTIONS win over the URL's path
-    and user information; a contradiction is refused rather than settled silently."""
+    redoxide's OPTIONS win over the URL's path and user information. The pool's db,
+    username and password give way to those, as in redis-py's from_url; a pool value of None
+    is redis-py's default, so it is not given (a None timeout does not mean waiting forever
+    here: the default timeout holds). Otherwise, where several give one setting they must
+    agree: redis-py lets the query win over the pool's keywords, and those over OPTIONS; a
+    contradiction is refused rather than settled silently."""
     servers: tuple[str, ...] = kwargs["urls"]
     query = location_query(servers)
     pool = opts.get("pool_kwargs")
@@ -396,14 +434,15 @@ def _connection(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, A
     for key, value in pool.items():
         reason = pool_keyword(key, value) if key in POOL_KEYWORDS else None
         if reason is not None:
-            raise ConfigurationError(f"redoxide: OPTIONS[{pool_name!r}][{key!r}] {reason}")
+            raise _fail((pool_name, key), reason)
     for key, field, read in _CONNECTION_SETTINGS:
         sources = []
         if key in opts:
             sources.append((f"OPTIONS[{names[key]!r}]", read(names[key], opts[key])))
-        if key in pool:
-            where = f"OPTIONS[{pool_name!r}][{key!r}]"
-            sources.append((where, read(f"{pool_name}[{key!r}]", pool[key])))
+        if pool.get(key) is not None:
+            value = read((pool_name, key), pool[key])
+            if not _pool_gives_way(servers, key, value, pool_name):
+                sources.append((f"OPTIONS[{pool_name!r}][{key!r}]", value))
         if key in query:
             sources.append((f"?{key}= in LOCATION", query[key]))
         sources = [(where, value) for where, value in sources if value is not None]

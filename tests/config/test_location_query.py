@@ -59,15 +59,17 @@ def assert_round_trip(cache: Any) -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_socket_timeout_in_the_query_bounds_each_call(redis_server: RedisServer, mode: str) -> None:
-    """A reply held back by the proxy: the call ends at the URL's 0.2 s (the default is 2 s),
-    and says so."""
+    """A reply held back by the proxy (never sent until released): the call ends at the
+    URL's 1.5 s, and the error names it (the default is 2 s, so the text tells them apart;
+    nothing here measures time)."""
     with (
         CountingProxy(redis_server.port) as proxy,
-        cache_of(f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=0.2") as cache,
+        cache_of(f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=1.5") as cache,
     ):
+        assert cache._config.connection.socket_timeout == 1.5
         assert_round_trip(cache)  # the connections are up
         proxy.hold(b"held-key")
-        with pytest.raises(CacheTimeout, match="200ms"):
+        with pytest.raises(CacheTimeout, match=r"\b1\.5s\b"):
             if mode == "sync":
                 cache.get("held-key")
             else:
@@ -224,6 +226,111 @@ def test_django_redis_pool_kwargs_are_read_as_redis_py_reads_them(
         "contradicts",
     )
     assert "0.3" in str(error)
+
+
+def test_a_pool_db_gives_way_to_the_url_path_as_in_redis_py(redis_server: RedisServer) -> None:
+    """redis-py's ConnectionPool.from_url applies the URL's database over the pool's keywords,
+    so under django-redis this cache's keys are in database 1, and so is what clear() (FLUSHDB)
+    empties; database 0, named only by CONNECTION_POOL_KWARGS, is someone else's."""
+    import redis
+
+    url = f"redis://127.0.0.1:{redis_server.port}/1"
+    pool = redis.ConnectionPool.from_url(url, db=0)
+    assert pool.connection_kwargs["db"] == 1  # the reference behaviour
+    other = raw_client(redis_server.port, db=0)
+    try:
+        other.set("not-the-cache", b"kept")
+        with cache_of(url, CONNECTION_POOL_KWARGS={"db": 0}) as cache:
+            cache.set("pool-db", 1)
+            assert redis_server.cli("-n", "1", "EXISTS", ":1:pool-db") == "1"
+            assert redis_server.cli("-n", "0", "EXISTS", ":1:pool-db") == "0"
+            cache.clear()
+            assert redis_server.cli("-n", "1", "EXISTS", ":1:pool-db") == "0"
+        assert other.get("not-the-cache") == b"kept"
+        # Without a database in the path, the pool's counts (redis-py too).
+        with cache_of(url.removesuffix("/1"), CONNECTION_POOL_KWARGS={"db": 2}) as cache:
+            cache.set("pool-db", 1)
+        assert redis_server.cli("-n", "2", "EXISTS", ":1:pool-db") == "1"
+        # OPTIONS keep their precedence: DB wins over the path, and the pool gives way.
+        with cache_of(url, DB=3, CONNECTION_POOL_KWARGS={"db": 0}) as cache:
+            cache.set("pool-db", 1)
+        assert redis_server.cli("-n", "3", "EXISTS", ":1:pool-db") == "1"
+    finally:
+        other.close()
+
+
+def test_a_pool_db_in_a_list_serves_the_urls_without_one(redis_server: RedisServer) -> None:
+    """redis-py gives each URL of a list its own pool: the pool's db serves those without a
+    database in their path. redoxide has one database for every server, so that db must be
+    the one the others name."""
+    base = f"redis://127.0.0.1:{redis_server.port}"
+    with cache_of([f"{base}/01", base], CONNECTION_POOL_KWARGS={"db": 1}) as cache:
+        cache.set("pool-list", 1)
+        assert cache._config.servers.db == 1
+    assert redis_server.cli("-n", "1", "EXISTS", ":1:pool-list") == "1"
+    assert_startup_error(
+        [f"{DOWN}", DOWN.removesuffix("/0")],
+        {"CONNECTION_POOL_KWARGS": {"db": 1}},
+        "OPTIONS['CONNECTION_POOL_KWARGS']['db']",
+        "one database serves every server",
+    )
+
+
+def test_pool_credentials_give_way_to_the_user_information(auth_server: RedisServer) -> None:
+    """As redis-py's from_url: the URL's user:password@ wins over the pool's keywords."""
+    url = f"redis://alice:{SECRET}@127.0.0.1:{auth_server.port}/0"
+    pool = {"username": "nobody", "password": "pw-wrong"}
+    with cache_of(url, CONNECTION_POOL_KWARGS=pool) as cache:
+        assert_round_trip(cache)
+        assert cache._config.connection.username == "alice"
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        {"socket_timeout": None},
+        {"socket_connect_timeout": None},
+        {"db": None},
+        {"username": None, "password": None},
+    ],
+)
+def test_pool_values_of_none_are_not_given(redis_server: RedisServer, pool: dict[str, Any]) -> None:
+    """None is redis-py's default for each of them: the setting is not given, and redoxide's
+    own default holds (a None timeout never means waiting forever here)."""
+    with cache_of(f"redis://127.0.0.1:{redis_server.port}/4", CONNECTION_POOL_KWARGS=pool) as cache:
+        assert_round_trip(cache)
+        assert cache._config.connection.socket_timeout == 2.0
+        assert cache._config.connection.connect_timeout == 1.0
+    assert redis_server.cli("-n", "4", "EXISTS", ":1:k") == "1"
+
+
+def test_a_bad_pool_value_is_named_as_written() -> None:
+    error = assert_startup_error(
+        DOWN, {"CONNECTION_POOL_KWARGS": {"socket_timeout": "soon"}}, "must be a number"
+    )
+    assert "OPTIONS['CONNECTION_POOL_KWARGS']['socket_timeout']" in str(error), str(error)
+
+
+@pytest.mark.parametrize(
+    ("location", "options", "named"),
+    [
+        (DOWN, {"DB": "\u00b2"}, "OPTIONS['DB']"),
+        (DOWN, {"db": "\u0663"}, "OPTIONS['db']"),
+        (DOWN, {"CONNECTION_POOL_KWARGS": {"db": "\u00b2"}}, "'CONNECTION_POOL_KWARGS']['db']"),
+        (DOWN.replace("/0", "/\u00b2"), {}, "the database"),
+        (f"{DOWN}?db=\u00b2", {}, "?db="),
+        (f"{DOWN}?max_connections=\u00b2", {}, "?max_connections="),
+        (f"rediss://127.0.0.1:{free_port()}/0?ssl_min_version=\u00b2", {}, "?ssl_min_version="),
+    ],
+    ids=["DB", "db_arabic", "pool_db", "path", "query_db", "query_count", "tls_version"],
+)
+def test_a_number_written_in_other_digits_is_refused_naming_it(
+    location: str, options: dict[str, Any], named: str
+) -> None:
+    """str.isdigit() takes "²" (and int() takes "٣"): a database or count written so is a
+    configuration error naming where, not a bare ValueError or another database."""
+    error = assert_startup_error(location, options, named)
+    assert "invalid literal" not in str(error), str(error)
 
 
 # -- refused -----------------------------------------------------------------------------------
