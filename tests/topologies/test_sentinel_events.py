@@ -1,17 +1,25 @@
 """Sentinel's events move writes at once: after a planned failover (SENTINEL FAILOVER, the old
 primary still up), the first write once a sentinel names the new primary lands on the new
 primary, never on the old one (which loses it when it is turned into a replica); a near cache
-drops what it kept from the old primary; a forked child follows the events too.
+drops what it kept from the old primary; a forked child follows the events too, and closes its
+copies of the parent's connections.
 
-The tests share one sentinel set of their own (each planned failover moves its primary).
+The tests share one sentinel set of their own (each planned failover moves its primary); its
+teardown closes the watchers the tests made (SentinelSet.stop). A hold on writes is made here
+by handing the watcher the event a failover's leader publishes (+selected-slave), for a
+replica the sentinels are not promoting, and ended by the abort event: overlap by construction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
 import os
+import select
+import signal
+import threading
 import time
 import uuid
 import warnings
@@ -19,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redoxide.topology import sentinel as sentinel_module
 from support.backend import build_cache, is_redoxide
 from support.near import near_options, serving, warm
 from support.servers import RedisServer, SentinelSet
@@ -38,7 +47,7 @@ def sset() -> Iterator[SentinelSet]:
 _configurations = itertools.count()
 
 
-def _cache(sset: SentinelSet, prefix: str = "", **options: Any) -> Any:
+def _cache(sset: SentinelSet, prefix: str = "", timeout: float = 2.0, **options: Any) -> Any:
     """A cache with a client of its own (SOCKET_TIMEOUT tells it apart), made once the set has
     settled after an earlier test's failover: a client that learnt a primary demoted since
     would find the new one by READONLY, which is not what these tests are about."""
@@ -49,7 +58,7 @@ def _cache(sset: SentinelSet, prefix: str = "", **options: Any) -> Any:
             "KEY_PREFIX": prefix or f"t{uuid.uuid4().hex[:8]}",
             "OPTIONS": {
                 "SENTINELS": sset.sentinel_addresses,
-                "SOCKET_TIMEOUT": 2.0 + next(_configurations) / 1000,
+                "SOCKET_TIMEOUT": timeout + next(_configurations) / 1000,
                 "SOCKET_CONNECT_TIMEOUT": 1.0,
                 **options,
             },
@@ -87,25 +96,103 @@ def _settled(sset: SentinelSet) -> int:
         time.sleep(0.05)
 
 
-def _planned_failover(sset: SentinelSet) -> tuple[RedisServer, RedisServer]:
-    """SENTINEL FAILOVER; return (old primary, new primary) once one sentinel names the new
-    one (the old primary is still up: the sentinels turn it into a replica seconds later)."""
+def _planned_failover(sset: SentinelSet, cache: Any) -> tuple[RedisServer, RedisServer]:
+    """SENTINEL FAILOVER; return (old primary, new primary) once the cache's watcher has
+    switched to the new one (the old primary is still up: the sentinels turn it into a replica
+    seconds later)."""
     old_port = _settled(sset)
+    primary = _primary(cache)
+    switches = primary.switches
     sset.sentinels[1].cli("sentinel", "failover", sset.service)
-    deadline = time.monotonic() + 30
-    while True:
-        assert time.monotonic() < deadline, "no sentinel named a new primary"
-        moved = _primaries(sset) - {old_port}
-        if moved:
-            return sset.node_for_port(old_port), sset.node_for_port(moved.pop())
-        time.sleep(0.005)
+    assert primary.wait_switches(switches + 1, 30), "the watcher saw no switch"
+    new_port = int(primary.node.address.rsplit(":", 1)[1])
+    assert new_port != old_port
+    assert sset.wait_for_new_primary(old_port) == new_port  # what the sentinels all name
+    return sset.node_for_port(old_port), sset.node_for_port(new_port)
+
+
+def _primary(cache: Any) -> Any:
+    """The cache's SentinelPrimary."""
+    client = cache._client
+    router = getattr(client, "_inner", client)  # under a near cache
+    return router.primary
 
 
 def _watcher(cache: Any) -> Any:
     """The cache's SentinelPrimary's watcher of events (None where there is none)."""
-    client = cache._client
-    router = getattr(client, "_inner", client)  # under a near cache
-    return getattr(router.primary, "watcher", None)
+    return getattr(_primary(cache), "watcher", None)
+
+
+def _announce(sset: SentinelSet, cache: Any, channel: str, data: str) -> None:
+    """Hand the cache's watcher an event as the second sentinel would publish it."""
+    message = [b"pmessage", b"*", channel.encode(), data.encode()]
+    _watcher(cache)._message(message, sset.sentinel_addresses[1])
+
+
+def _hold(sset: SentinelSet, cache: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
+    """Start a hold on the cache's writes for a replica that is not being promoted (so only
+    the abort event ends it: HOLD_LIMIT is lifted); return it and the primary's port."""
+    monkeypatch.setattr(sentinel_module, "HOLD_LIMIT", 300.0)
+    port = _settled(sset)
+    replica = next(r for r in sset.data_nodes if r.port != port)
+    _announce(
+        sset, cache, "+selected-slave",
+        f"slave 127.0.0.1:{replica.port} 127.0.0.1 {replica.port} @ {sset.service} "
+        f"127.0.0.1 {port}",
+    )  # fmt: skip
+    hold = _primary(cache)._hold
+    assert hold is not None
+    return hold, port
+
+
+def _abort(sset: SentinelSet, cache: Any, port: int) -> None:
+    _announce(sset, cache, "-failover-abort-not-elected", f"master {sset.service} 127.0.0.1 {port}")
+
+
+def _until_waiting(hold: Any, count: int, writers: list[threading.Thread]) -> None:
+    """Wait until `count` writes wait on the hold; fail if a writer ended first (its write
+    was sent, not held)."""
+    deadline = time.monotonic() + 30
+    while hold.waiting < count:
+        assert all(w.is_alive() for w in writers), "a write was not held"
+        assert time.monotonic() < deadline, f"{hold.waiting} writes held, not {count}"
+        time.sleep(0.005)
+
+
+def _fork(child: Any, timeout: float = 60) -> int:
+    """Run child() in a forked process; its exit code (it is killed, failing the test, if it
+    has not ended after `timeout` s)."""
+    return _reap(_spawn(child), timeout)
+
+
+def _spawn(child: Any) -> int:
+    """Fork; the child runs child() and exits with what it returns."""
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that forking a multi-threaded process may deadlock: the child's
+        # own watcher, made after the fork, is what these tests check.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _reap(pid: int, timeout: float = 60) -> int:
+    """The child's exit code, once it ends; killed (failing the test) after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked child did not end within {timeout} s")
+        time.sleep(0.01)
 
 
 def _watching(cache: Any) -> None:
@@ -123,27 +210,86 @@ def _watching(cache: Any) -> None:
 def test_a_forked_child_follows_the_events_of_its_own(sset: SentinelSet) -> None:
     cache = _cache(sset)
     _watching(cache)
-    with warnings.catch_warnings():
-        # Python 3.12+ warns that forking a multi-threaded process may deadlock: the child's
-        # own watcher, made after the fork, is what this test checks.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: its own watcher, started by its first call
-        code = 1
-        try:
-            cache.set("child", 7)
-            watcher = _watcher(cache)
-            if cache.get("child") == 7 and watcher.subscribed.wait(10):
-                code = 0 if watcher._thread is not None and watcher._thread.is_alive() else 3
-            else:
-                code = 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child() -> int:  # its own watcher, started by its first call
+        cache.set("child", 7)
+        watcher = _watcher(cache)
+        if cache.get("child") != 7 or not watcher.subscribed.wait(10):
+            return 2
+        return 0 if watcher._thread is not None and watcher._thread.is_alive() else 3
+
+    assert _fork(child) == 0
     # The parent's watcher still runs.
     watcher = _watcher(cache)
     assert watcher._thread is not None and watcher._thread.is_alive()
+
+
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        assert exc.errno == errno.EBADF
+        return False
+    return True
+
+
+def test_a_forked_child_drops_the_parents_hold_and_closes_its_sentinel_connections(
+    sset: SentinelSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = _cache(sset, timeout=60)
+    _watching(cache)
+    watcher = _watcher(cache)
+    socks = [link.sock for link in watcher._links.values()]
+    assert len(socks) == 3
+    fds = [sock.fileno() for sock in socks]
+    ends = {"{}:{}".format(*sock.getsockname()[:2]) for sock in socks}  # CLIENT LIST's addr=
+    hold, _ = _hold(sset, cache, monkeypatch)
+    ready_r, ready_w = os.pipe()
+    go_on_r, go_on_w = os.pipe()
+
+    def child() -> int:
+        os.close(ready_r)
+        os.close(go_on_w)
+        primary = _primary(cache)
+        if primary._hold is not None or hold._ended.is_set():
+            return 2  # the parent's hold is dropped, never ended (its lock may be held)
+        if any(_fd_open(fd) for fd in fds):
+            return 3  # the watcher's sentinel connections are the parent's
+        cache.set("child", 7)  # not held: the child asks the sentinels itself
+        if cache.get("child") != 7:
+            return 4
+        os.write(ready_w, b"r")
+        os.read(go_on_r, 1)  # alive until the parent has looked at the sentinels
+        return 0
+
+    pid, code = _spawn(child), -1
+    os.close(ready_w)
+    os.close(go_on_r)
+    try:
+        readable, _, _ = select.select([ready_r], [], [], 60)
+        if not (readable and os.read(ready_r, 1) == b"r"):
+            # 2: the child ended the parent's hold; 3: it had the watcher's sockets open
+            code, pid = _reap(pid), 0
+            pytest.fail(f"the child failed its checks: exit code {code}")
+        assert not hold._ended.is_set()  # the child ended nothing of the parent's
+        # The parent closes its watcher (twice: closing is idempotent): each sentinel drops the
+        # subscription, which it would keep while the child held a copy of the socket.
+        _primary(cache).close()
+        _primary(cache).close()
+        assert watcher._thread is None or not watcher._thread.is_alive()
+        deadline = time.monotonic() + 20
+        while True:
+            listed = "".join(s.cli("client", "list", "type", "pubsub") for s in sset.sentinels)
+            kept = [end for end in ends if f"addr={end} " in listed]
+            if not kept:
+                break
+            assert time.monotonic() < deadline, f"the sentinels keep {kept}"
+            time.sleep(0.01)
+    finally:
+        os.close(go_on_w)
+        os.close(ready_r)
+        code = _reap(pid) if pid else code
+    assert code == 0
 
 
 def test_the_events_are_read_as_the_sentinel_kwargs_user(sset: SentinelSet) -> None:
@@ -189,11 +335,69 @@ def test_a_sentinel_user_without_pubsub_is_warned_about(
     assert all(sset.service in message for message in warned)
 
 
+def _setter(cache: Any, key: str, value: int) -> threading.Thread:
+    writer = threading.Thread(target=cache.set, args=(key, value))
+    writer.start()
+    return writer
+
+
+def test_writes_wait_on_a_hold_and_are_sent_when_it_ends(
+    sset: SentinelSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = _cache(sset, timeout=60)
+    _watching(cache)
+    hold, port = _hold(sset, cache, monkeypatch)
+    primary = sset.node_for_port(port)
+    # A sync write, and two async ones on one event loop (which wait on one future).
+
+    async def both() -> None:
+        await asyncio.gather(cache.aset("a1", 1), cache.aset("a2", 2))
+
+    loop = asyncio.new_event_loop()
+    writers = [
+        _setter(cache, "s", 3),
+        threading.Thread(target=loop.run_until_complete, args=(both(),)),
+    ]
+    writers[1].start()
+    try:
+        _until_waiting(hold, 3, writers)
+        assert len(hold._futures) == 1
+        for key in ("s", "a1", "a2"):  # held, not sent
+            assert primary.cli("exists", cache.make_key(key)) == "0"
+    finally:
+        _abort(sset, cache, port)  # the failover is aborted: they go to the primary
+        for writer in writers:
+            writer.join(60)
+        loop.close()
+    assert [w.is_alive() for w in writers] == [False, False]
+    for key, value in (("s", 3), ("a1", 1), ("a2", 2)):
+        assert primary.cli("get", cache.make_key(key)) == str(value)
+
+
+def test_a_discovery_during_a_hold_does_not_release_the_writes(
+    sset: SentinelSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A call that asks the sentinels while a failover promotes a replica (the sentinels still
+    # name the old primary) must leave the writes held: the replica may be promoted any moment.
+    cache = _cache(sset, timeout=60)
+    _watching(cache)
+    hold, port = _hold(sset, cache, monkeypatch)
+    _primary(cache).relearn()
+    writer = _setter(cache, "k", 5)
+    try:
+        _until_waiting(hold, 1, [writer])
+        assert sset.node_for_port(port).cli("exists", cache.make_key("k")) == "0"
+    finally:
+        _abort(sset, cache, port)
+        writer.join(60)
+    assert sset.node_for_port(port).cli("get", cache.make_key("k")) == "5"
+
+
 def test_first_write_after_a_planned_failover_lands_on_the_new_primary(sset: SentinelSet) -> None:
     cache = _cache(sset)
     _watching(cache)
-    old, new = _planned_failover(sset)
-    # Once a sentinel names the new primary, a write goes there (sync and async).
+    old, new = _planned_failover(sset, cache)
+    # Once the watcher has switched, a write goes to the new primary (sync and async).
     cache.set("after", 41)
     asyncio.run(cache.aset("aafter", 42))
     made, amade = cache.make_key("after"), cache.make_key("aafter")
@@ -212,7 +416,7 @@ def test_near_cache_drops_old_values_on_a_planned_failover(sset: SentinelSet) ->
     near.set("cfg:k", "old")
     serving(near)
     assert warm(near, "cfg:k") == "old"
-    _, new = _planned_failover(sset)
+    _, new = _planned_failover(sset, near)
     # A write through this cache goes to the new primary (so it has switched), then another
     # process writes the key there: the near cache must not answer with what it kept.
     near.set("other", 1)
@@ -228,15 +432,15 @@ def test_events_are_followed_again_after_the_sentinels_drop_the_connection(
     cache = _cache(sset)
     _watching(cache)
     watcher = _watcher(cache)
+    made = watcher.connections
     for sentinel in sset.sentinels:  # every subscriber connection is closed by the sentinels
         sentinel.cli("client", "kill", "type", "pubsub")
     deadline = time.monotonic() + 10
     while True:  # connected again, to each sentinel, as new connections
-        subscribers = [s.cli("client", "list", "type", "pubsub") for s in sset.sentinels]
-        if all(subscribers) and watcher is not None and watcher.links == 3:
+        if watcher.connections >= made + 3 and watcher.links == 3:
             break
-        assert time.monotonic() < deadline, f"not subscribed again: {subscribers}"
+        assert time.monotonic() < deadline, f"{watcher.connections - made} reconnections"
         time.sleep(0.01)
-    _, new = _planned_failover(sset)
+    _, new = _planned_failover(sset, cache)
     cache.set("after", 43)
     assert new.cli("get", cache.make_key("after")) == "43"

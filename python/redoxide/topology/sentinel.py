@@ -6,11 +6,17 @@ READONLY (a demoted primary; the write was not applied, so it is retried), and o
 after a timeout. Reads go through a ReplicaRouter whose primary is the followed primary.
 
 Between those, the sentinels' events (sentinel_events.py) move writes at once: when a failover
-picks the replica to promote, writes are held (each for at most SOCKET_TIMEOUT, then it fails
-as a timeout) so none lands on the old primary once the replica is promoted, which would lose
-it; they are released to the replica the moment it answers as a primary, or to the old one if
-the failover is aborted. A switch learnt this way tells the near cache (``on_primary_change``),
-which then tracks the new primary and drops what it kept.
+picks the replica to promote, writes are held so none lands on the old primary once the replica
+is promoted, which would lose it; they are released to the replica the moment it answers as a
+primary, or to the old one if the failover is aborted. A switch learnt this way tells the near
+cache (``on_primary_change``), which then tracks the new primary and drops what it kept.
+
+Time: a write takes no longer than it could without the events: SOCKET_TIMEOUT for its call,
+plus, when the primary moved, one retry (asking the sentinels, at most discovery_budget, then
+SOCKET_TIMEOUT again). A hold is waited on once per write, for at most SOCKET_TIMEOUT (then
+CacheTimeout, the write never sent), and that wait comes out of the retry: a write that waited
+before it was sent is retried only if the wait and its call took at most SOCKET_TIMEOUT, and a
+write that waits after its call failed is retried only on the primary the hold ended with.
 """
 
 from __future__ import annotations
@@ -41,6 +47,68 @@ __all__ = ["MIN_REFRESH_INTERVAL", "SentinelPrimary", "SentinelRouter"]
 MIN_REFRESH_INTERVAL = 0.05
 
 
+class _Hold:
+    """A failover's hold on writes (the replica it promotes is `target`), ended once by
+    ``end()``: sync writers wait on its event, async ones on one future per event loop."""
+
+    __slots__ = ("_ended", "_futures", "_lock", "sentinel", "target", "until", "waiting")
+
+    def __init__(self, target: tuple[str, int], sentinel: tuple[str, int]) -> None:
+        self.target = target
+        self.sentinel = sentinel  # the sentinel leading that failover
+        self.until = time.monotonic() + HOLD_LIMIT
+        self.waiting = 0  # writes waiting on it now
+        self._ended = threading.Event()
+        self._lock = threading.Lock()
+        self._futures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
+
+    def ended(self, timeout: float) -> bool:
+        """Wait at most `timeout` for the end; whether it came."""
+        return self._ended.wait(timeout)
+
+    def wait(self, timeout: float) -> bool:
+        """As ended(), counted as a waiting write."""
+        with self._lock:
+            self.waiting += 1
+        try:
+            return self._ended.wait(timeout)
+        finally:
+            with self._lock:
+                self.waiting -= 1
+
+    async def await_end(self, timeout: float) -> bool:
+        """As wait(), for a coroutine: one future per event loop, resolved once at the end."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._ended.is_set():
+                return True
+            entry = self._futures.get(id(loop))
+            if entry is None:
+                entry = self._futures[id(loop)] = (loop, loop.create_future())
+            self.waiting += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(entry[1]), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return self._ended.is_set()
+        finally:
+            with self._lock:
+                self.waiting -= 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._ended.set()
+            futures, self._futures = list(self._futures.values()), {}
+        for loop, future in futures:
+            with contextlib.suppress(RuntimeError):  # a loop closed since
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class SentinelPrimary(Router):
     """The current primary of a Sentinel service, as a ClientLike that follows failovers."""
 
@@ -62,15 +130,16 @@ class SentinelPrimary(Router):
         self._last_error = "not asked yet"
         self._flight = Flight()
         #: Writes wait while this is set (a failover is promoting a replica); see _event.
-        self._hold: threading.Event | None = None
-        self._hold_until = 0.0
-        self._hold_from: tuple[str, int] | None = None  # the sentinel leading that failover
+        #: While it is set, `suspect` stays True (writes take the slow path, which waits).
+        self._hold: _Hold | None = None
+        self._checking: set[tuple[str, int]] = set()  # ROLE checks under way (see _event)
         #: Addresses the primary moved away from: a sentinel that still names one of them has
         #: not heard of the switch yet (asked last, believed only if every sentinel does).
         self._left: set[tuple[str, int]] = set()
         self._listeners: list[Callable[[], Any]] = []
         self._switches = 0  # switches the events made (a discovery begun before one yields)
-        self._changes = threading.Lock()  # one switch at a time
+        self._changes = threading.Lock()  # one switch (or hold, or adoption) at a time
+        self._switched = threading.Condition(threading.Lock())  # notified at each switch
         self.watcher = SentinelWatcher(
             self,
             list(config.servers.sentinels),
@@ -82,18 +151,33 @@ class SentinelPrimary(Router):
 
     def after_fork(self) -> None:
         # The child has no watcher thread and has missed what the sentinels said since the
-        # fork: it asks again on its next call, which starts a watcher of its own.
+        # fork: it asks again on its next call, which starts a watcher of its own. A hold of
+        # the parent's is dropped, never ended: ending it takes its lock, which a thread of
+        # the parent (the promotion poller, a waiting write) may have held at fork().
         self.watcher.after_fork()
         self._changes = threading.Lock()
-        self._release()
+        self._switched = threading.Condition(threading.Lock())
+        self._hold = None
+        self._checking = set()
         self.suspect = True
         self._learnt_at = -1.0
 
     def close(self) -> None:
-        """Stop following the sentinels' events (calls still ask them when in doubt)."""
+        """Stop following the sentinels' events (calls still ask them when in doubt).
+        Idempotent."""
         self._closed = True
         self.watcher.stop()
         self._release()
+
+    @property
+    def switches(self) -> int:
+        """How many switches of primary the sentinels' events made."""
+        return self._switches
+
+    def wait_switches(self, count: int, timeout: float) -> bool:
+        """Wait until the events have made `count` switches in all (at most `timeout` s)."""
+        with self._switched:
+            return self._switched.wait_for(lambda: self._switches >= count, timeout)
 
     def on_primary_change(self, callback: Callable[[], Any]) -> None:
         """Call ``callback()`` (from the watcher's thread) after each switch of primary that
@@ -184,7 +268,9 @@ class SentinelPrimary(Router):
             else:
                 self.node, self.replicas = primary, found
             self._learnt_at = time.monotonic()
-            self.suspect = self.node is None
+            # A hold stays on whatever the sentinels said: the replica it waits for may be
+            # promoted any moment, and writes must not go to the old primary meanwhile.
+            self.suspect = self.node is None or self._hold is not None
         if before is not None and before is not primary:
             self._leave(before, (host, port))
             self._tell()
@@ -202,15 +288,14 @@ class SentinelPrimary(Router):
             if self._hold is None:
                 self._start_hold(host, port, sentinel)
         elif channel in ("+promoted-slave", "+switch-master"):
-            # Checked first: a sentinel that rejoins after a failover may announce one it
-            # missed, naming a primary that has been demoted since.
-            if self._is_primary(host, port):
-                self._switch_to(host, port, sentinel)
-            else:
-                self._stale_now()
+            hold = self._hold
+            if hold is not None and hold.target == (host, port):
+                return  # the promotion poller asks it every few ms already
+            self._check_later(host, port, sentinel)
         elif channel.startswith("-failover-abort") or channel == "+failover-end-for-timeout":
-            if self._hold_from in (sentinel, None):
-                self._release()
+            hold = self._hold
+            if hold is None or hold.sentinel == sentinel:
+                self._release(hold)
                 self._stale_now()
         elif channel in ("+odown", "+sdown", "+reset-master") and kind == "master":
             self._stale_now()  # the primary is in doubt
@@ -230,36 +315,59 @@ class SentinelPrimary(Router):
     def _lost_sentinel(self, address: tuple[str, int]) -> None:
         """The watcher's connection to a sentinel broke: a hold it started cannot be ended
         by its events any more."""
-        if self._hold is not None and self._hold_from == address:
-            self._release()
+        hold = self._hold
+        if hold is not None and hold.sentinel == address:
+            self._release(hold)
             self._stale_now()
+
+    def _check_later(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
+        """Switch to host:port if it says it is a primary (ROLE), else ask the sentinels again
+        on the next call; on a thread of its own, so the watcher's thread never waits on a
+        server. Checked first: a sentinel that rejoins after a failover may announce one it
+        missed, naming a primary that has been demoted since."""
+        with self._changes:
+            if (host, port) in self._checking:
+                return  # the same announcement from another sentinel: one check
+            self._checking.add((host, port))
+        threading.Thread(
+            target=self._check, args=(host, port, sentinel), daemon=True,
+            name="redoxide-sentinel-check",
+        ).start()  # fmt: skip
+
+    def _check(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
+        try:
+            if self._is_primary(host, port):
+                self._switch_to(host, port, sentinel)
+            else:
+                self._stale_now()
+        finally:
+            with self._changes:
+                self._checking.discard((host, port))
 
     def _start_hold(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
         """A failover chose the replica at host:port: hold writes until it is promoted."""
-        if self._hold is not None or (host, port) == _address(self.node):
-            return
-        hold = threading.Event()
-        self._hold_until = time.monotonic() + HOLD_LIMIT
-        self._hold_from = sentinel
-        self._hold = hold
-        self.suspect = True  # writes take the slow path, which waits on the hold
+        with self._changes:  # not between a discovery's answer and its `suspect`
+            if self._hold is not None or (host, port) == _address(self.node):
+                return
+            hold = self._hold = _Hold((host, port), sentinel)
+            self.suspect = True  # writes take the slow path, which waits on the hold
         threading.Thread(
             target=self._await_promotion, args=(hold, host, port, sentinel), daemon=True,
             name="redoxide-sentinel-promotion",
         ).start()  # fmt: skip
 
     def _await_promotion(
-        self, hold: threading.Event, host: str, port: int, sentinel: tuple[str, int]
+        self, hold: _Hold, host: str, port: int, sentinel: tuple[str, int]
     ) -> None:
         """Ask the chosen replica for its role until it is a primary (then switch to it), the
         hold ends otherwise, or HOLD_LIMIT passes."""
-        while self._hold is hold and time.monotonic() < self._hold_until:
+        while self._hold is hold and time.monotonic() < hold.until:
             if self._is_primary(host, port):
                 self._switch_to(host, port, sentinel)
                 return
-            hold.wait(0.005)
+            hold.ended(0.005)
         if self._hold is hold:  # neither promoted nor aborted in time: as without a watcher
-            self._release()
+            self._release(hold)
             self._stale_now()
 
     def _is_primary(self, host: str, port: int) -> bool:
@@ -276,8 +384,9 @@ class SentinelPrimary(Router):
         """The primary is now host:port (the sentinels' events say so): writes go there from
         the next call on, held ones included."""
         config = self._config
+        node = node_client(config, host, port, db=config.servers.db)
         with self._changes:
-            node = node_client(config, host, port, db=config.servers.db)
+            hold = self._hold
             before = self.node
             if before is not node:
                 self._leave(before, (host, port))
@@ -287,11 +396,16 @@ class SentinelPrimary(Router):
                 # Ask the sentinel that announced it first: the others may lag behind.
                 first = [s for s in self._sentinels if _address(s) == sentinel]
                 self._sentinels = first + [s for s in self._sentinels if s not in first]
-                self._switches += 1
+                self._switches += 1  # under the lock: a discovery begun before yields
+            # Settled on the new primary (a near cache asks primaries() when told); writes
+            # the hold keeps wait for its end, below.
             self.suspect = False
         if before is not node:
             self._tell()  # before the held writes go: a near cache tracks the new primary
-        self._release()
+        self._release(hold)
+        if before is not node:
+            with self._switched:
+                self._switched.notify_all()
 
     def _leave(self, before: Client | None, now: tuple[str, int]) -> None:
         left = _address(before)
@@ -304,36 +418,35 @@ class SentinelPrimary(Router):
             with contextlib.suppress(Exception):  # a listener must not stop a switch
                 callback()
 
-    def _release(self) -> None:
-        hold, self._hold, self._hold_from = self._hold, None, None
-        if hold is not None:
-            hold.set()
+    def _release(self, hold: _Hold | None = None) -> None:
+        """End `hold` if it is still on (without one: whichever is on)."""
+        with self._changes:
+            current = self._hold
+            if current is None or (hold is not None and current is not hold):
+                return
+            self._hold = None
+        current.end()
 
     def _wait_hold(self, bridge: Bridge | None = None) -> Any:
         """A step: wait until no failover holds writes, for at most SOCKET_TIMEOUT."""
         if bridge is not None:
             return self._await_hold()
         hold = self._hold
-        if hold is not None and not hold.wait(self._hold_wait()):
-            self._held_too_long()
+        if hold is not None and not hold.wait(self._hold_wait(hold)):
+            self._held_too_long(hold)
         return None
 
     async def _await_hold(self) -> None:
-        deadline = time.monotonic() + self._hold_wait()
         hold = self._hold
-        while hold is not None and not hold.is_set():
-            if time.monotonic() >= deadline:
-                self._held_too_long()
-            await asyncio.sleep(0.002)
+        if hold is not None and not await hold.await_end(self._hold_wait(hold)):
+            self._held_too_long(hold)
 
-    def _hold_wait(self) -> float:
-        return max(
-            0.0, min(self._config.connection.socket_timeout, self._hold_until - time.monotonic())
-        )
+    def _hold_wait(self, hold: _Hold) -> float:
+        return max(0.0, min(self._config.connection.socket_timeout, hold.until - time.monotonic()))
 
-    def _held_too_long(self) -> None:
-        if self._hold is not None and time.monotonic() >= self._hold_until:
-            self._release()
+    def _held_too_long(self, hold: _Hold) -> None:
+        if time.monotonic() >= hold.until:
+            self._release(hold)
             self._stale_now()
             return  # the hold lapsed: the write goes where the sentinels name
         raise CacheTimeout(
@@ -413,24 +526,42 @@ class SentinelPrimary(Router):
         return self._write(call, bridge)
 
     def _discover_then_call(self, call: Call) -> Plan[Any]:
+        held_since = None
         if self._hold is not None:
+            held_since = time.monotonic()
             yield self._wait_hold, ()
         primary = yield self.primary_now, ()
         try:
             return (yield call.step(primary))
         except CacheError as exc:
-            return (yield from self._recover(exc, primary, call))
+            return (yield from self._recover(exc, primary, call, held_since))
 
-    def _recover(self, exc: CacheError, primary: Client, call: Call) -> Plan[Any]:
+    def _recover(
+        self, exc: CacheError, primary: Client, call: Call, held_since: float | None = None
+    ) -> Plan[Any]:
         """After a call to `primary` failed: retry it once on the new primary if the failure
-        says the primary may have moved and asking the sentinels confirms it; else raise."""
+        says the primary may have moved and asking the sentinels confirms it; else raise.
+        `held_since`: when this write began waiting on a hold, if it did (see the module's
+        docstring for what that leaves of its retry)."""
         if isinstance(exc, CacheTimeout):
             self.suspect = True  # asked again on the next call: this one's time is spent
             raise exc
         if not isinstance(exc, (ConnectionInterrupted, ReadOnlyError)):
             raise exc
-        if self._hold is not None:
+        if held_since is not None:
+            # It waited on a hold once already: no second wait, and the retry only if the
+            # wait and the call took no longer than a call may.
+            spent = time.monotonic() - held_since
+            if self._hold is not None or spent > self._config.connection.socket_timeout:
+                raise exc
+        elif self._hold is not None:
+            # The wait takes the place of asking the sentinels: the retry goes only to the
+            # primary the hold ended with.
             yield self._wait_hold, ()
+            now = self.node
+            if now is primary or now is None or self.suspect:
+                raise exc
+            return (yield call.step(now))
         now = self.node
         if now is primary or now is None or self.suspect:
             now = yield self.relearn, ()

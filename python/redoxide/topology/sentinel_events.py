@@ -21,8 +21,12 @@ then. So ``SentinelPrimary`` subscribes to every sentinel it knows (one connecti
 Only the sentinel that leads a failover publishes its first steps, so every sentinel is
 watched. The connections are plain RESP2 over a socket (the core's client speaks no Pub/Sub)
 with ``AUTH`` for ``SENTINEL_KWARGS``' credentials; a connection that breaks or stays silent is
-made again. The thread holds its primary weakly and stops with it, with ``close()``, and is
-started again (lazily) in a forked child.
+made again (by a short-lived helper thread, so the reading thread never waits on a sentinel
+that does not answer; one out of reach is tried again less and less often, up to every
+RETRY_INTERVAL_MAX). The thread holds its primary weakly and stops with it or with
+``close()``. A forked child closes its copies of the connections (a sentinel would otherwise
+keep the parent's subscription for as long as the child lives) and starts a thread of its own
+(lazily, on its first call).
 """
 
 from __future__ import annotations
@@ -120,9 +124,61 @@ class _Link:
         self.pinged = self.heard
 
 
+class _Run:
+    """One run of the watcher's thread: what its connecting helpers hand over, and the
+    sockets they are still making (closed in a forked child, as are the links)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.made: list[tuple[tuple[str, int], _Link | None]] = []  # handed to the loop
+        self.opening: set[socket.socket] = set()
+        self.connecting: set[tuple[str, int]] = set()
+        self.tried: set[tuple[str, int]] = set()  # sentinels whose first try has ended
+
+    def hand_over(self, address: tuple[str, int], link: _Link | None) -> None:
+        with self.lock:
+            self.connecting.discard(address)
+            if link is not None:
+                self.opening.discard(link.sock)
+                if self.stop.is_set():  # the loop is gone: nobody reads this link
+                    link.sock.close()
+                    return
+            self.made.append((address, link))
+
+    def take(self) -> list[tuple[tuple[str, int], _Link | None]]:
+        with self.lock:
+            made, self.made = self.made, []
+        return made
+
+    def end(self) -> None:
+        """The loop ends: nothing is handed over any more."""
+        with self.lock:
+            self.stop.set()
+            made, self.made = self.made, []
+        for _, link in made:
+            if link is not None:
+                link.sock.close()
+
+    def close_in_child(self) -> None:
+        # No lock: a thread of the parent may have held it at fork(); the child has one thread.
+        for sock in list(self.opening):
+            sock.close()
+        for _, link in list(self.made):
+            if link is not None:
+                link.sock.close()
+        self.opening = set()
+        self.made = []
+
+
 class SentinelWatcher:
     """Follows the events of one service on every sentinel and tells `primary` (held weakly)
-    through its ``_event(channel, service, kind, ip, port, sentinel)`` method."""
+    through its ``_event(channel, service, kind, ip, port, sentinel)`` method.
+
+    The thread that reads the events never waits on one sentinel: each connection (connect,
+    ``AUTH``, ``PSUBSCRIBE``, bounded by the connect timeout) is made by a short-lived helper
+    thread that hands the subscribed socket to it, and the checks an event calls for (``ROLE``)
+    run on threads of the primary's."""
 
     def __init__(
         self,
@@ -137,51 +193,105 @@ class SentinelWatcher:
         self._sentinels = list(sentinels)
         self._login = login
         self._connect_timeout = connect_timeout
-        self._stop = threading.Event()
+        self._run_now = _Run()
+        self._run_now.stop.set()  # not started
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        #: The subscribed connections (the thread's; kept here so a forked child closes them).
+        self._links: dict[tuple[str, int], _Link] = {}
+        self._selector: selectors.BaseSelector | None = None
         #: Set once every sentinel that could be reached has confirmed the subscription
         #: (tests and benchmarks wait on it; calls never do).
         self.subscribed = threading.Event()
         self.links = 0  # connections in subscribed mode now
+        self.connections = 0  # subscriptions made since this watcher was made (reconnects too)
 
     def start(self) -> None:
         """Start the thread unless it runs (called on every discovery: cheap)."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._stop = threading.Event()
+            run = self._run_now = _Run()
             self.subscribed = threading.Event()
             self._thread = threading.Thread(
                 target=self._run,
-                args=(self._stop,),
+                args=(run,),
                 name=f"redoxide-sentinel-events-{id(self):x}",
                 daemon=True,
             )
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and close its connections (at most one poll interval later)."""
-        self._stop.set()
+        """Stop the thread and close its connections (at most one poll interval later).
+        Idempotent."""
+        self._run_now.stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(2 * PING_INTERVAL)
 
     def after_fork(self) -> None:
-        # The parent's thread does not exist in the child; its sockets are the parent's.
+        # The parent's threads do not exist in the child, and the sockets they used are the
+        # parent's: closed here (the child's copies only), or each sentinel would keep the
+        # parent's subscription for as long as the child lives. No lock of the parent's is
+        # taken: another thread may have held it at fork().
+        for link in list(self._links.values()):
+            link.sock.close()
+        self._links = {}
+        if self._selector is not None:
+            with contextlib.suppress(Exception):
+                self._selector.close()
+            self._selector = None
+        self._run_now.close_in_child()
+        self._run_now = _Run()
+        self._run_now.stop.set()
         self._lock = threading.Lock()
         self._thread = None
         self.links = 0
         self.subscribed = threading.Event()
 
-    # -- the thread
+    # -- connecting (on a helper thread)
 
-    def _connect(self, address: tuple[str, int]) -> _Link | None:
+    def _open(self, address: tuple[str, int], run: _Run) -> socket.socket:
+        """A connected socket to `address`, known to `run` while it is being made."""
+        error: OSError = OSError(f"{address[0]}:{address[1]} resolves to nothing")
+        for family, kind, proto, _, sockaddr in socket.getaddrinfo(
+            address[0], address[1], type=socket.SOCK_STREAM
+        ):
+            sock = socket.socket(family, kind, proto)
+            with run.lock:
+                run.opening.add(sock)
+            try:
+                sock.settimeout(self._connect_timeout)
+                sock.connect(sockaddr)
+            except OSError as exc:
+                with run.lock:
+                    run.opening.discard(sock)
+                sock.close()
+                error = exc
+                continue
+            return sock
+        raise error
+
+    def _connect(self, address: tuple[str, int], run: _Run) -> None:
+        """Connect, log in and subscribe to `address`, then hand the link (or None) over."""
+        link = None
         try:
-            sock = socket.create_connection(address, timeout=self._connect_timeout)
+            link = self._subscribe(address, run)
+        finally:
+            run.hand_over(address, link)
+
+    def _subscribe(self, address: tuple[str, int], run: _Run) -> _Link | None:
+        try:
+            sock = self._open(address, run)
         except OSError:
             return None
         buf = bytearray()
+
+        def give_up() -> None:
+            with run.lock:
+                run.opening.discard(sock)
+            sock.close()
+
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             username, password = self._login
@@ -191,17 +301,17 @@ class SentinelWatcher:
                 reply = self._reply(sock, buf)
                 if isinstance(reply, Exception):
                     self._refused(address, "AUTH", reply)
-                    sock.close()
+                    give_up()
                     return None
             sock.sendall(_command("PSUBSCRIBE", "*"))
             reply = self._reply(sock, buf)
             if not (isinstance(reply, list) and reply and reply[0] == b"psubscribe"):
                 self._refused(address, "PSUBSCRIBE *", reply)
-                sock.close()
+                give_up()
                 return None
             sock.setblocking(False)
         except (OSError, ValueError):
-            sock.close()
+            give_up()
             return None
         link = _Link(sock, address)
         link.buffer = buf  # events that came with the confirmation, read with the next ones
@@ -234,33 +344,27 @@ class SentinelWatcher:
                 del buf[:end]
                 return value
 
-    def _run(self, stop: threading.Event) -> None:
-        selector = selectors.DefaultSelector()
-        links: dict[tuple[str, int], _Link] = {}
+    # -- the thread
+
+    def _run(self, run: _Run) -> None:
+        selector = self._selector = selectors.DefaultSelector()
+        links = self._links = {}
         retry: dict[tuple[str, int], tuple[float, float]] = {}  # when, then the next delay
         try:
-            while not stop.is_set():
+            while not run.stop.is_set():
                 if self._primary() is None:
                     return
-                now = time.monotonic()
-                for address in self._sentinels:
-                    when, delay = retry.get(address, (0.0, RETRY_INTERVAL))
-                    if address in links or now < when:
-                        continue
-                    link = self._connect(address)
-                    if link is None:
-                        retry[address] = (now + delay, min(2 * delay, RETRY_INTERVAL_MAX))
-                        continue
-                    retry[address] = (now + RETRY_INTERVAL, RETRY_INTERVAL)
-                    links[address] = link
-                    selector.register(link.sock, selectors.EVENT_READ, link)
+                self._adopt_links(run, selector, links, retry)
+                self._connect_missing(run, links, retry)
                 self.links = len(links)
-                if links:
+                if links and run.tried.issuperset(self._sentinels):
                     self.subscribed.set()
-                for key, _ in selector.select(timeout=0.1):
+                for key, _ in selector.select(timeout=0.1) if selector.get_map() else ():
                     link = key.data
                     if not self._read(link):
                         self._drop(selector, links, link)
+                if not links:
+                    run.stop.wait(0.1)  # nothing to read yet: the helpers are connecting
                 now = time.monotonic()
                 for link in list(links.values()):
                     if now - link.heard > 3 * PING_INTERVAL:
@@ -272,10 +376,54 @@ class SentinelWatcher:
                         except OSError:
                             self._drop(selector, links, link)
         finally:
+            run.end()
             for link in list(links.values()):
                 self._drop(selector, links, link)
             selector.close()
             self.links = 0
+
+    def _adopt_links(
+        self,
+        run: _Run,
+        selector: selectors.BaseSelector,
+        links: dict[tuple[str, int], _Link],
+        retry: dict[tuple[str, int], tuple[float, float]],
+    ) -> None:
+        """Take what the helpers made: read a new link's events, schedule the next try of a
+        sentinel out of reach (or refusing), later each time it stays so."""
+        now = time.monotonic()
+        for address, link in run.take():
+            run.tried.add(address)
+            _, delay = retry.get(address, (0.0, RETRY_INTERVAL))
+            if link is None:
+                retry[address] = (now + delay, min(2 * delay, RETRY_INTERVAL_MAX))
+                continue
+            retry[address] = (now + RETRY_INTERVAL, RETRY_INTERVAL)
+            links[address] = link
+            selector.register(link.sock, selectors.EVENT_READ, link)
+            self.connections += 1
+            # Events that came with the confirmation are handled now.
+            if link.buffer and not self._parse_buffer(link):
+                self._drop(selector, links, link)
+
+    def _connect_missing(
+        self,
+        run: _Run,
+        links: dict[tuple[str, int], _Link],
+        retry: dict[tuple[str, int], tuple[float, float]],
+    ) -> None:
+        """A helper thread for each sentinel not linked, not being connected, and due."""
+        now = time.monotonic()
+        for address in self._sentinels:
+            when, _ = retry.get(address, (0.0, RETRY_INTERVAL))
+            if address in links or address in run.connecting or now < when:
+                continue
+            with run.lock:
+                run.connecting.add(address)
+            threading.Thread(
+                target=self._connect, args=(address, run), daemon=True,
+                name=f"redoxide-sentinel-connect-{address[0]}:{address[1]}",
+            ).start()  # fmt: skip
 
     def _drop(
         self, selector: selectors.BaseSelector, links: dict[tuple[str, int], _Link], link: _Link
@@ -299,6 +447,10 @@ class SentinelWatcher:
             return False
         link.heard = time.monotonic()
         link.buffer += chunk
+        return self._parse_buffer(link)
+
+    def _parse_buffer(self, link: _Link) -> bool:
+        """Handle the whole messages in the link's buffer; False if it holds garbage."""
         pos = 0
         try:
             while pos < len(link.buffer):
