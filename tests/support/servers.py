@@ -760,6 +760,21 @@ class Sentinel(RedisServer):
         return self.info("sentinel").get("sentinel_tilt") == "1"
 
 
+def close_sentinel_watchers(addresses: list[tuple[str, int]]) -> None:
+    """Close every redoxide Sentinel router of this process that follows these sentinels:
+    its watcher thread would otherwise try their ports again for the rest of the process (the
+    routers live in a process-wide registry, and nothing else closes them)."""
+    try:
+        from redoxide._registry import _tracked
+        from redoxide.topology.sentinel import SentinelPrimary
+    except ImportError:  # another backend under test
+        return
+    gone = set(addresses)
+    for obj in list(_tracked):
+        if isinstance(obj, SentinelPrimary) and gone & set(obj.watcher._sentinels):
+            obj.close()
+
+
 class SentinelSet:
     """A primary, two replicas and three sentinels watching them as `service`."""
 
@@ -868,6 +883,7 @@ class SentinelSet:
         return next(node for node in self.data_nodes if node.port == port)
 
     def stop(self) -> None:
+        close_sentinel_watchers(self.sentinel_addresses)
         for server in [*self.sentinels, *self.data_nodes]:
             server.stop()
 
