@@ -19,6 +19,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -290,6 +291,35 @@ def test_a_forked_child_drops_the_parents_hold_and_closes_its_sentinel_connectio
         os.close(ready_r)
         code = _reap(pid) if pid else code
     assert code == 0
+
+
+def test_a_sentinel_that_never_answers_does_not_stall_the_others(sset: SentinelSet) -> None:
+    # A listener that never accepts nor answers (a paused sentinel, say), listed first, with a
+    # long connect timeout: the watcher's thread still subscribes to the three real sentinels
+    # at once and reads their events (it waited on the silent one before each of them).
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        cache = _cache(
+            sset,
+            SENTINELS=[silent.getsockname()[:2], *sset.sentinel_addresses],
+            SOCKET_CONNECT_TIMEOUT=60,
+        )
+        cache.set("k", 1)  # asks the sentinels (the silent one times out): starts the watcher
+        watcher = _watcher(cache)
+        deadline = time.monotonic() + 10
+        while watcher.links < 3:
+            assert time.monotonic() < deadline, f"{watcher.links} sentinels followed"
+            time.sleep(0.01)
+        made = watcher.connections
+        sset.sentinels[0].cli("client", "kill", "type", "pubsub")  # read, and made again
+        while watcher.connections == made:
+            assert time.monotonic() < deadline + 10, "the dropped link was not made again"
+            time.sleep(0.01)
+        _primary(cache).close()
+    finally:
+        silent.close()
 
 
 def test_the_events_are_read_as_the_sentinel_kwargs_user(sset: SentinelSet) -> None:
