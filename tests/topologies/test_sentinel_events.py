@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redoxide.topology import sentinel as sentinel_module
+from redoxide.topology import sentinel_events
 from support.backend import build_cache, is_redoxide
 from support.near import near_options, serving, warm
 from support.servers import RedisServer, SentinelSet
@@ -133,7 +133,7 @@ def _announce(sset: SentinelSet, cache: Any, channel: str, data: str) -> None:
 def _hold(sset: SentinelSet, cache: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
     """Start a hold on the cache's writes for a replica that is not being promoted (so only
     the abort event ends it: HOLD_LIMIT is lifted); return it and the primary's port."""
-    monkeypatch.setattr(sentinel_module, "HOLD_LIMIT", 300.0)
+    monkeypatch.setattr(sentinel_events, "HOLD_LIMIT", 300.0)
     port = _settled(sset)
     replica = next(r for r in sset.data_nodes if r.port != port)
     _announce(

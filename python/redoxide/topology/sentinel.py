@@ -21,7 +21,6 @@ write that waits after its call failed is retried only on the primary the hold e
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -39,74 +38,12 @@ from redoxide.topology.calls import Call
 from redoxide.topology.flight import Flight
 from redoxide.topology.nodes import discovery_budget, new_client, node_client, split_address
 from redoxide.topology.replicas import ReplicaRouter
-from redoxide.topology.sentinel_events import HOLD_LIMIT, SentinelWatcher
+from redoxide.topology.sentinel_events import Hold, SentinelWatcher
 
 __all__ = ["MIN_REFRESH_INTERVAL", "SentinelPrimary", "SentinelRouter"]
 
 #: Topology re-discovery runs at most this often (many callers fail at once in an outage).
 MIN_REFRESH_INTERVAL = 0.05
-
-
-class _Hold:
-    """A failover's hold on writes (the replica it promotes is `target`), ended once by
-    ``end()``: sync writers wait on its event, async ones on one future per event loop."""
-
-    __slots__ = ("_ended", "_futures", "_lock", "sentinel", "target", "until", "waiting")
-
-    def __init__(self, target: tuple[str, int], sentinel: tuple[str, int]) -> None:
-        self.target = target
-        self.sentinel = sentinel  # the sentinel leading that failover
-        self.until = time.monotonic() + HOLD_LIMIT
-        self.waiting = 0  # writes waiting on it now
-        self._ended = threading.Event()
-        self._lock = threading.Lock()
-        self._futures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
-
-    def ended(self, timeout: float) -> bool:
-        """Wait at most `timeout` for the end; whether it came."""
-        return self._ended.wait(timeout)
-
-    def wait(self, timeout: float) -> bool:
-        """As ended(), counted as a waiting write."""
-        with self._lock:
-            self.waiting += 1
-        try:
-            return self._ended.wait(timeout)
-        finally:
-            with self._lock:
-                self.waiting -= 1
-
-    async def await_end(self, timeout: float) -> bool:
-        """As wait(), for a coroutine: one future per event loop, resolved once at the end."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self._ended.is_set():
-                return True
-            entry = self._futures.get(id(loop))
-            if entry is None:
-                entry = self._futures[id(loop)] = (loop, loop.create_future())
-            self.waiting += 1
-        try:
-            await asyncio.wait_for(asyncio.shield(entry[1]), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return self._ended.is_set()
-        finally:
-            with self._lock:
-                self.waiting -= 1
-
-    def end(self) -> None:
-        with self._lock:
-            self._ended.set()
-            futures, self._futures = list(self._futures.values()), {}
-        for loop, future in futures:
-            with contextlib.suppress(RuntimeError):  # a loop closed since
-                loop.call_soon_threadsafe(_resolve, future)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class SentinelPrimary(Router):
@@ -131,7 +68,7 @@ class SentinelPrimary(Router):
         self._flight = Flight()
         #: Writes wait while this is set (a failover is promoting a replica); see _event.
         #: While it is set, `suspect` stays True (writes take the slow path, which waits).
-        self._hold: _Hold | None = None
+        self._hold: Hold | None = None
         self._checking: set[tuple[str, int]] = set()  # ROLE checks under way (see _event)
         #: Addresses the primary moved away from: a sentinel that still names one of them has
         #: not heard of the switch yet (asked last, believed only if every sentinel does).
@@ -349,16 +286,14 @@ class SentinelPrimary(Router):
         with self._changes:  # not between a discovery's answer and its `suspect`
             if self._hold is not None or (host, port) == _address(self.node):
                 return
-            hold = self._hold = _Hold((host, port), sentinel)
+            hold = self._hold = Hold((host, port), sentinel)
             self.suspect = True  # writes take the slow path, which waits on the hold
         threading.Thread(
             target=self._await_promotion, args=(hold, host, port, sentinel), daemon=True,
             name="redoxide-sentinel-promotion",
         ).start()  # fmt: skip
 
-    def _await_promotion(
-        self, hold: _Hold, host: str, port: int, sentinel: tuple[str, int]
-    ) -> None:
+    def _await_promotion(self, hold: Hold, host: str, port: int, sentinel: tuple[str, int]) -> None:
         """Ask the chosen replica for its role until it is a primary (then switch to it), the
         hold ends otherwise, or HOLD_LIMIT passes."""
         while self._hold is hold and time.monotonic() < hold.until:
@@ -418,7 +353,7 @@ class SentinelPrimary(Router):
             with contextlib.suppress(Exception):  # a listener must not stop a switch
                 callback()
 
-    def _release(self, hold: _Hold | None = None) -> None:
+    def _release(self, hold: Hold | None = None) -> None:
         """End `hold` if it is still on (without one: whichever is on)."""
         with self._changes:
             current = self._hold
@@ -441,10 +376,10 @@ class SentinelPrimary(Router):
         if hold is not None and not await hold.await_end(self._hold_wait(hold)):
             self._held_too_long(hold)
 
-    def _hold_wait(self, hold: _Hold) -> float:
+    def _hold_wait(self, hold: Hold) -> float:
         return max(0.0, min(self._config.connection.socket_timeout, hold.until - time.monotonic()))
 
-    def _held_too_long(self, hold: _Hold) -> None:
+    def _held_too_long(self, hold: Hold) -> None:
         if time.monotonic() >= hold.until:
             self._release(hold)
             self._stale_now()

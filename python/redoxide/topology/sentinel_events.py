@@ -31,6 +31,7 @@ keep the parent's subscription for as long as the child lives) and starts a thre
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import selectors
@@ -41,7 +42,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HOLD_LIMIT", "SentinelWatcher", "parse_event"]
+__all__ = ["HOLD_LIMIT", "Hold", "SentinelWatcher", "parse_event"]
 
 logger = logging.getLogger("redoxide")
 
@@ -54,6 +55,68 @@ PING_INTERVAL = 1.0
 #: second figure while it stays out of reach.
 RETRY_INTERVAL = 0.5
 RETRY_INTERVAL_MAX = 5.0
+
+
+class Hold:
+    """A failover's hold on writes (the replica it promotes is `target`), ended once by
+    ``end()``: sync writers wait on its event, async ones on one future per event loop."""
+
+    __slots__ = ("_ended", "_futures", "_lock", "sentinel", "target", "until", "waiting")
+
+    def __init__(self, target: tuple[str, int], sentinel: tuple[str, int]) -> None:
+        self.target = target
+        self.sentinel = sentinel  # the sentinel leading that failover
+        self.until = time.monotonic() + HOLD_LIMIT
+        self.waiting = 0  # writes waiting on it now
+        self._ended = threading.Event()
+        self._lock = threading.Lock()
+        self._futures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
+
+    def ended(self, timeout: float) -> bool:
+        """Wait at most `timeout` for the end; whether it came."""
+        return self._ended.wait(timeout)
+
+    def wait(self, timeout: float) -> bool:
+        """As ended(), counted as a waiting write."""
+        with self._lock:
+            self.waiting += 1
+        try:
+            return self._ended.wait(timeout)
+        finally:
+            with self._lock:
+                self.waiting -= 1
+
+    async def await_end(self, timeout: float) -> bool:
+        """As wait(), for a coroutine: one future per event loop, resolved once at the end."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._ended.is_set():
+                return True
+            entry = self._futures.get(id(loop))
+            if entry is None:
+                entry = self._futures[id(loop)] = (loop, loop.create_future())
+            self.waiting += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(entry[1]), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return self._ended.is_set()
+        finally:
+            with self._lock:
+                self.waiting -= 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._ended.set()
+            futures, self._futures = list(self._futures.values()), {}
+        for loop, future in futures:
+            with contextlib.suppress(RuntimeError):  # a loop closed since
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _Incomplete(Exception):
