@@ -571,6 +571,7 @@ class Cluster:
             self.wait_ok()
             # A replica that has not synced yet refuses CLUSTER FAILOVER.
             _wait("replicas in sync with their primaries", self._replicas_synced)
+            _wait("every node seeing every node's role and primary", self._views_agree)
         except BaseException:
             self.stop()
             raise
@@ -591,6 +592,27 @@ class Cluster:
             if port not in by_port or not streaming(by_port[port], replicas, probe=False):
                 return False
         return True
+
+    def _views_agree(self) -> bool:
+        """Every live node sees every other in the role (and, a replica, with the primary) it
+        gives itself. A primary ignores CLUSTER FAILOVER's request from a replica it does not
+        know yet as its own, and only the bus's gossip tells it: a replica that streams is
+        not yet one its primary would fail over to."""
+        selves: dict[str, tuple[str, str]] = {}
+        views: list[dict[str, tuple[str, str]]] = []
+        for node in self.live_nodes():
+            view = {}
+            for line in node.cli("cluster", "nodes").splitlines():
+                fields = line.split()
+                if len(fields) < 4:
+                    continue
+                flags = set(fields[2].split(","))
+                role = "master" if "master" in flags else "slave" if "slave" in flags else "?"
+                view[fields[0]] = (role, fields[3])
+                if "myself" in flags:
+                    selves[fields[0]] = (role, fields[3])
+            views.append(view)
+        return all(view.get(name) == own for view in views for name, own in selves.items())
 
     def wait_ok(self, timeout: float = READY_TIMEOUT) -> None:
         """Wait until every live node reports cluster_state:ok and knows every slot."""
