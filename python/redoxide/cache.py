@@ -141,7 +141,7 @@ class RedisCache(
         self._fast_loads, self._fast_heads = fast_decoding(self._serializer)
         self._protocol = getattr(self._serializer, "protocol", pickle.HIGHEST_PROTOCOL)
         self._compress = type(self._compressor) is not IdentityCompressor
-        # COMPRESS_MIN_LENGTH, else the compressor's own min_length (see _value_options.value_codec).
+        # COMPRESS_MIN_LENGTH, else the compressor's own min_length (_value_options.value_codec).
         self._compress_min = config.values.compress_min_length
         #: Every codec is redoxide's: reads may recognise compressed data by its magic bytes.
         self._known_codecs = (
