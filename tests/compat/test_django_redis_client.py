@@ -450,11 +450,15 @@ def case_id(case: tuple[str, tuple[Any, ...], dict[str, Any]]) -> str:
 
 
 def server_state(client: Any) -> dict[bytes, tuple[Any, ...]]:
-    """Each key's type, DUMP and expiry (Unix ms; -1 when none)."""
-    return {
-        key: (client.type(key), client.dump(key), client.pexpiretime(key))
-        for key in client.keys("*")
-    }
+    """Each key's type, DUMP and expiry (Unix ms by the server's clock; -1 when none). PTTL
+    and TIME, not PEXPIRETIME, which Redis 6.2 does not have."""
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    state = {}
+    for key in client.keys("*"):
+        left = client.pttl(key)
+        state[key] = (client.type(key), client.dump(key), now_ms + left if left >= 0 else -1)
+    return state
 
 
 def same_state(ours: dict[bytes, tuple[Any, ...]], theirs: dict[bytes, tuple[Any, ...]]) -> bool:
