@@ -1,7 +1,8 @@
 //! The near cache: values of hot keys kept in this process, coherent through the server's
 //! client tracking. `store.rs` holds the bytes, `tracking.rs` the connections that invalidate
-//! them and the liveness gate, `write.rs` own writes sent through them, `fill.rs` the one fill protocol, `py.rs` the Python surface (the cache's hooks are in
-//! `redoxide/near.py`).
+//! them and the liveness gate (`tracking/session.rs`: one connection's life, its database
+//! marker and probes), `write.rs` own writes sent through them, `fill.rs` the one fill
+//! protocol, `py.rs` the Python surface (the cache's hooks are in `redoxide/near.py`).
 
 mod fill;
 mod py;
