@@ -8,6 +8,8 @@ is newer than every source file, else built here the same way.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import importlib.util
 import json
@@ -17,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -125,12 +128,44 @@ def _build_env() -> dict[str, str]:
     }
 
 
-def _fresh(pattern: str) -> Path | None:
-    """Return the newest dist/ file matching pattern if it is newer than every source."""
-    built = sorted((ROOT / "dist").glob(pattern), key=lambda w: w.stat().st_mtime)
+def _fresh(pattern: str, where: Path = ROOT / "dist") -> Path | None:
+    """Return the newest file in where (dist/ by default) matching pattern if it is newer than
+    every source."""
+    built = sorted(where.glob(pattern), key=lambda w: w.stat().st_mtime)
     if built and built[-1].stat().st_mtime > _newest_source_mtime():
         return built[-1]
     return None
+
+
+# Builds go to one folder per kind under target/, under an exclusive lock: whichever process
+# asks first builds, and any other (another xdist worker, another run in the same checkout)
+# waits for it and takes what it made. Two builders never share maturin's target dir at once,
+# whatever the scheduler does with the tests.
+BUILT = ROOT / "target" / "packaging"
+
+
+@contextlib.contextmanager
+def _exclusive(name: str) -> Iterator[None]:
+    BUILT.mkdir(parents=True, exist_ok=True)
+    with open(BUILT / f"{name}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def _built_once(name: str, pattern: str, cmd: list[str]) -> Path:
+    """Return dist/'s or an earlier build's fresh file matching pattern, else build it with
+    cmd (plus --out) under the lock."""
+    with _exclusive(name):
+        found = _fresh(pattern) or _fresh(pattern, BUILT / name)
+        if found is not None:
+            return found
+        out = BUILT / name
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        return _run_build([*cmd, "--out", str(out)], out, pattern)
 
 
 def _run_build(cmd: list[str], out: Path, pattern: str) -> Path:
@@ -150,10 +185,11 @@ def _run_build(cmd: list[str], out: Path, pattern: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel() -> Path:
     """Return the manylinux2014 abi3 wheel, built as `make wheel` builds it if dist/ has no
     fresh one."""
-    found = _fresh(f"redoxide-*-abi3-{MANYLINUX}_*.whl")
+    pattern = f"redoxide-*-abi3-{MANYLINUX}_*.whl"
+    found = _fresh(pattern)
     if found is not None:
         return found
     maturin = _maturin()
@@ -161,13 +197,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("maturin is not installed")
     if importlib.util.find_spec("ziglang") is None:
         pytest.skip("ziglang is not installed (pip install ziglang; make wheel does)")
-    out = tmp_path_factory.mktemp("dist")
     # The same command as `make wheel` (but QUICK_PROFILE); its own target dir, so that the
     # zig-linked build and `maturin develop`'s do not rebuild each other's dependencies.
     cmd = [maturin, "build", "--release", "--zig", "--compatibility", MANYLINUX]
-    cmd += ["--target-dir", str(ROOT / "target" / "wheel")]
-    cmd += ["--out", str(out), "--interpreter", sys.executable]
-    return _run_build(cmd, out, "redoxide-*.whl")
+    cmd += ["--target-dir", str(ROOT / "target" / "wheel"), "--interpreter", sys.executable]
+    return _built_once("wheel", pattern, cmd)
 
 
 def _interpreters() -> list[object]:
@@ -287,15 +321,14 @@ def test_wheel_installs_in_a_fresh_virtualenv_and_serves_the_cache(
 
 @pytest.mark.timeout(2 * BUILD_TIMEOUT)
 def test_sdist_builds_with_pip_in_a_clean_virtualenv(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    tmp_path: Path,
 ) -> None:
     sdist = _fresh("redoxide-*.tar.gz")
     if sdist is None:
         maturin = _maturin()
         if maturin is None:
             pytest.skip("maturin is not installed")
-        out = tmp_path_factory.mktemp("sdist")
-        sdist = _run_build([maturin, "sdist", "--out", str(out)], out, "redoxide-*.tar.gz")
+        sdist = _built_once("sdist", "redoxide-*.tar.gz", [maturin, "sdist"])
     env_dir = tmp_path / "venv"
     # pip builds it from source in isolation: maturin from the index, the crates from cargo.
     python = _venv_with(sys.executable, env_dir, str(sdist), f"django=={version('django')}")
