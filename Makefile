@@ -78,8 +78,12 @@ SID_AMD64 := $(SID)/amd64
 SID_PACKAGES := python3.14 python3.14-venv python3.15 python3.15-venv redis-server redis-tools coreutils dash libc-bin wrk
 SID_RUN := bash scripts/sid_root.sh run $(SID_AMD64)
 SID_DJANGO ?= 6.1
+# What the contracts import, for the venvs that do not take all of requirements-test.txt
+# (3.15, and the matrix's); pytest-xdist runs them on every core.
+CONTRACT_REQS := pytest>=8 pytest-timeout>=2.3 pytest-xdist>=3.6 redis>=5
+CONTRACT_REQS_QUOTED := $(foreach req,$(CONTRACT_REQS),'$(req)')
 # Named after the package set, so a change of it rebuilds the folder and its venvs.
-SID_STAMP := $(SID_AMD64)/opt/.redoxide-venvs-$(shell echo $(SID_PACKAGES) $(SID_DJANGO) | md5sum | cut -c1-8).stamp
+SID_STAMP := $(SID_AMD64)/opt/.redoxide-venvs-$(shell echo '$(SID_PACKAGES) $(SID_DJANGO) $(CONTRACT_REQS)' | md5sum | cut -c1-8).stamp
 
 $(SID_STAMP): scripts/sid_root.sh requirements-test.txt
 	bash scripts/sid_root.sh build $(SID_AMD64) amd64 $(SID_PACKAGES)
@@ -87,7 +91,7 @@ $(SID_STAMP): scripts/sid_root.sh requirements-test.txt
 	@# compiles here, so it gets what the contracts import.
 	@set -e; for py in 3.14 3.15; do \
 		venv=/opt/venv$${py/./}; \
-		if [ $$py = 3.14 ]; then reqs="-r requirements-test.txt"; else reqs="pytest>=8 pytest-timeout>=2.3 redis>=5"; fi; \
+		if [ $$py = 3.14 ]; then reqs="-r requirements-test.txt"; else reqs="$(CONTRACT_REQS)"; fi; \
 		$(SID_RUN) python$$py -m venv --clear $$venv; \
 		$(SID_RUN) $$venv/bin/pip install --quiet --only-binary=:all: "django==$(SID_DJANGO).*" $$reqs; \
 		$(SID_RUN) $$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text("/project/python\n")'; \
@@ -100,8 +104,8 @@ test-py314: install $(SID_STAMP) ## The whole Python suite on CPython 3.14 with 
 	$(SID_RUN) /opt/venv314/bin/python -m pytest -p no:cacheprovider $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-py315: install $(SID_STAMP) ## Django's contract, the async contract and the near-cache contract on CPython 3.15 with Django 6.1
-	$(SID_RUN) /opt/venv315/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS)
-	$(SID_RUN) env REDOXIDE_TEST_NEAR_CACHE=1 /opt/venv315/bin/python -m pytest -q -p no:cacheprovider tests/contract -k "not on_topologies" $(PYTEST_ARGS)
+	$(SID_RUN) /opt/venv315/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS)
+	$(SID_RUN) env REDOXIDE_TEST_NEAR_CACHE=1 /opt/venv315/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) tests/contract -k "not on_topologies" $(PYTEST_ARGS)
 
 sid-clean: ## Unmount and remove the sid interpreters' folder (.sid)
 	@for root in $(SID)/*; do if [ -d "$$root" ]; then bash scripts/sid_root.sh clean "$$root"; fi; done
@@ -114,6 +118,8 @@ sid-clean: ## Unmount and remove the sid interpreters' folder (.sid)
 # 3.14 is test-py314 (the whole suite), on 3.15 test-py315.
 MATRIX ?= 5.2:3.10 5.2:3.14 6.0:3.12 6.0:3.14 6.1:3.12 6.1:3.13
 MATRIX_DIR := .venv-matrix
+# A venv is remade when what it gets changes.
+MATRIX_STAMP := .redoxide-deps-$(shell echo '$(CONTRACT_REQS)' | md5sum | cut -c1-8).stamp
 PYENV_ROOT_DIR := $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
 
 test-django-redis: install ## django-redis 7.0's own tests (from its sdist) with BACKEND swapped to redoxide, every settings variant it ships that redoxide supports
@@ -125,25 +131,25 @@ test-matrix: install $(SID_STAMP) ## Django's contract and the async contract on
 		case $$py in \
 		3.14|3.15) \
 			venv=/opt/matrix/django$$django-py$$py; run="$(SID_RUN)"; \
-			if [ ! -f $(SID_AMD64)$$venv/.redoxide-deps.stamp ]; then \
+			if [ ! -f $(SID_AMD64)$$venv/$(MATRIX_STAMP) ]; then \
 				$$run python$$py -m venv --clear $$venv; \
-				$$run $$venv/bin/pip install --quiet --only-binary=:all: "django==$$django.*" "pytest>=8" "pytest-timeout>=2.3" "redis>=5"; \
+				$$run $$venv/bin/pip install --quiet --only-binary=:all: "django==$$django.*" $(CONTRACT_REQS_QUOTED); \
 				$$run $$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text("/project/python\n")'; \
-				touch $(SID_AMD64)$$venv/.redoxide-deps.stamp; \
+				touch $(SID_AMD64)$$venv/$(MATRIX_STAMP); \
 			fi ;; \
 		*) \
 			interp=$$(ls -d $(PYENV_ROOT_DIR)/versions/$$py.*/bin/python 2>/dev/null | sort -V | tail -1); \
 			if [ -z "$$interp" ]; then echo "test-matrix: no Python $$py under $(PYENV_ROOT_DIR)"; exit 1; fi; \
 			venv=$(MATRIX_DIR)/django$$django-py$$py; run=""; \
-			if [ ! -f $$venv/.redoxide-deps.stamp ]; then \
-				$$interp -m venv $$venv; \
-				$$venv/bin/pip install --quiet "django==$$django.*" "pytest>=8" "pytest-timeout>=2.3" "redis>=5"; \
+			if [ ! -f $$venv/$(MATRIX_STAMP) ]; then \
+				$$interp -m venv --clear $$venv; \
+				$$venv/bin/pip install --quiet "django==$$django.*" $(CONTRACT_REQS_QUOTED); \
 				$$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'; \
-				touch $$venv/.redoxide-deps.stamp; \
+				touch $$venv/$(MATRIX_STAMP); \
 			fi ;; \
 		esac; \
 		echo "== Django $$($$run $$venv/bin/python -c 'import django; print(django.__version__)') on Python $$($$run $$venv/bin/python -c 'import platform; print(platform.python_version())')"; \
-		$$run $$venv/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS); \
+		$$run $$venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS); \
 	done
 
 test-topologies: install ## Run Django's contract on a cluster and on a sentinel set

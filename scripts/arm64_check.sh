@@ -55,6 +55,22 @@ emu "$venv/bin/python" "$pip_wheel/pip" install --quiet --only-binary=:all: --no
 emu "$venv/bin/python" -c 'import django, redoxide, importlib.metadata as m; print("arm64_check: redoxide", m.version("redoxide"), "from", redoxide.__file__, "| Django", django.__version__)'
 
 # Emulated code runs several times slower: the suite's per-test timeout grows to match.
-REDOXIDE_EXPECT_MACHINE=aarch64 emu "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 300 \
-    tests/contract tests/unit/test_async_native.py tests/packaging/smoke_installed.py \
-    -k "not on_topologies" ${PYTEST_ARGS:-}
+# pytest-xdist cannot start workers here (see above), so the suite runs as one emulated
+# process per core, each taking every n-th test and a port slice of its own (REDOXIDE_SHARD,
+# tests/support/servers.py); each prints its report when all have ended.
+shards=${ARM64_SHARDS:-$(nproc)}
+pids=()
+for ((shard = 0; shard < shards; shard++)); do
+    REDOXIDE_SHARD=$shard/$shards REDOXIDE_EXPECT_MACHINE=aarch64 \
+        emu "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 300 \
+        tests/contract tests/unit/test_async_native.py tests/packaging/smoke_installed.py \
+        -k "not on_topologies" ${PYTEST_ARGS:-} >"$venv/shard$shard.log" 2>&1 &
+    pids+=($!)
+done
+failed=0
+for ((shard = 0; shard < shards; shard++)); do
+    wait "${pids[shard]}" || failed=1
+    echo "== arm64_check: shard $shard/$shards"
+    cat "$venv/shard$shard.log"
+done
+exit $failed

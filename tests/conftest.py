@@ -35,7 +35,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 from support.backend import TOPOLOGY, build_cache, topology_settings
 from support.dispatch import MODES, Ops
 from support.secrecy import SECRET
-from support.servers import Cluster, RedisServer, ReplicaSet, SentinelSet
+from support.servers import Cluster, RedisServer, ReplicaSet, SentinelSet, shard
 
 # Django cache parameters that live beside OPTIONS; make_cache() puts every other
 # keyword argument into OPTIONS.
@@ -191,5 +191,12 @@ def ops(cache: Any, mode: str) -> Ops:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The packaging tests (clean release builds of the wheel and the sdist, minutes of CPU)
     go first: under pytest-xdist their group starts on one worker at once while the other
-    workers take the rest, instead of becoming the run's tail."""
+    workers take the rest, instead of becoming the run's tail. With REDOXIDE_SHARD=i/n
+    (support.servers.shard) this process keeps every n-th test from the i-th."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("xdist_group") else 1)
+    sharded = shard()
+    if sharded is not None:
+        index, count = sharded
+        others = [item for at, item in enumerate(items) if at % count != index]
+        config.hook.pytest_deselected(items=others)
+        items[:] = items[index::count]

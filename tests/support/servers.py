@@ -51,10 +51,29 @@ _claim_order: collections.deque[int] = collections.deque()
 _PORTS_LOW, _PORTS_HIGH = 10000, 32000
 
 
+def shard() -> tuple[int, int] | None:
+    """Return (index, count) from REDOXIDE_SHARD="index/count", or None when it is not set.
+
+    Where pytest-xdist cannot start its workers (an interpreter emulated by qemu-user without
+    binfmt_misc cannot exec itself), the suite runs as several processes side by side instead,
+    each with one shard: every count-th test from the index-th (tests/conftest.py), and a port
+    slice of its own, as an xdist worker has."""
+    spec = os.environ.get("REDOXIDE_SHARD", "")
+    if not spec:
+        return None
+    index, _, count = spec.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise ValueError(f"REDOXIDE_SHARD={spec!r}: expected index/count, as 0/2")
+    return int(index), int(count)
+
+
 def _port_slice() -> range:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    sharded = shard()
+    if sharded is not None and not worker:
+        index, count = sharded[0] + 1, sharded[1]
     width = (_PORTS_HIGH - _PORTS_LOW) // (count + 1)
     start = _PORTS_LOW + min(index, count) * width
     return range(start, start + width)
