@@ -2,6 +2,7 @@
 
 mod bridge;
 mod codec;
+mod commands;
 mod credentials;
 mod errors;
 mod ffi;

@@ -15,35 +15,22 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use redis::{Arg, Cmd, Pipeline, Value};
 
+use crate::commands;
 use crate::errors::{Error, Result};
 use crate::proto::{Reply, Request};
 
 /// Whether this build counts anything.
 pub const ENABLED: bool = cfg!(feature = "stats");
 
-/// The command families counted by name (sorted, for the binary search): every command a
-/// cache method, a lock or the raw client sends (tests/observability/test_stats.py fails on
-/// one counted as OTHER); anything else is counted as OTHER. A pipeline's round trip is timed
-/// as PIPELINE (its commands are counted each under its own family).
-#[rustfmt::skip]
-const FAMILIES: &[&str] = &[
-    "APPEND", "ASKING", "AUTH", "CLIENT", "CLUSTER", "DBSIZE", "DECR", "DECRBY", "DEL", "ECHO",
-    "EVAL", "EVALSHA", "EXEC", "EXISTS", "EXPIRE", "EXPIREAT", "FLUSHALL", "FLUSHDB", "GET",
-    "GETDEL", "GETEX", "HDEL", "HELLO", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HINCRBYFLOAT",
-    "HKEYS", "HLEN", "HMGET", "HSCAN", "HSET", "HSETNX", "HVALS", "INCR", "INCRBY", "INCRBYFLOAT",
-    "INFO", "KEYS", "LINDEX", "LINSERT", "LLEN", "LMOVE", "LPOP", "LPOS", "LPUSH", "LPUSHX",
-    "LRANGE", "LREM", "LSET", "LTRIM", "MGET", "MSET", "MULTI", "PERSIST", "PEXPIRE", "PEXPIREAT",
-    "PING", "PSETEX", "PTTL", "PUBLISH", "READONLY", "RENAME", "ROLE", "RPOP", "RPUSH", "RPUSHX",
-    "SADD", "SCAN", "SCARD", "SCRIPT", "SDIFF", "SDIFFSTORE", "SELECT", "SENTINEL", "SET", "SETEX",
-    "SETNX", "SINTER", "SINTERSTORE", "SISMEMBER", "SMEMBERS", "SMISMEMBER", "SMOVE", "SPOP",
-    "SRANDMEMBER", "SREM", "SSCAN", "STRLEN", "SUNION", "SUNIONSTORE", "TIME", "TOUCH", "TTL",
-    "TYPE", "UNLINK", "ZADD", "ZCARD", "ZCOUNT", "ZINCRBY", "ZPOPMAX", "ZPOPMIN", "ZRANGE",
-    "ZRANGEBYSCORE", "ZRANK", "ZREM", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREVRANGE",
-    "ZREVRANGEBYSCORE", "ZREVRANK", "ZSCAN", "ZSCORE",
-];
-const OTHER: usize = FAMILIES.len();
-const PIPELINE: usize = FAMILIES.len() + 1;
-const SLOTS: usize = FAMILIES.len() + 2;
+/// The command families counted by name: the rows of the command table (src/commands.rs),
+/// which has every command a cache method, a lock or the raw client sends
+/// (tests/observability/test_stats.py fails on one counted as OTHER); anything else is counted
+/// as OTHER. A pipeline's round trip is timed as PIPELINE (its commands are counted each under
+/// its own family).
+const FAMILIES: usize = commands::TABLE.len();
+const OTHER: usize = FAMILIES;
+const PIPELINE: usize = FAMILIES + 1;
+const SLOTS: usize = FAMILIES + 2;
 
 /// The error classes, named as the Python exceptions they become.
 const ERROR_CLASSES: [&str; 6] = [
@@ -61,18 +48,7 @@ const BOUNDS: usize = 19;
 const BUCKETS: usize = BOUNDS + 1;
 
 fn family_of(name: &[u8]) -> usize {
-    // The hot commands, as redoxide spells them, without the search.
-    match name {
-        b"GET" => return GET,
-        b"SET" => return SET,
-        b"MGET" => return MGET,
-        _ => {}
-    }
-    FAMILIES
-        .binary_search_by(|probe| {
-            probe.as_bytes().iter().copied().cmp(name.iter().map(u8::to_ascii_uppercase))
-        })
-        .unwrap_or(OTHER)
+    commands::position(name).unwrap_or(OTHER)
 }
 
 fn bucket_of(micros: u64) -> usize {
@@ -259,7 +235,7 @@ impl Stats {
             let name = match i {
                 OTHER => "OTHER",
                 PIPELINE => "PIPELINE",
-                _ => FAMILIES[i],
+                _ => commands::TABLE[i].name,
             };
             let n = f.calls.load(Relaxed);
             if n > 0 {
@@ -301,29 +277,9 @@ impl Stats {
     }
 }
 
-const GET: usize = index("GET");
-const SET: usize = index("SET");
-const MGET: usize = index("MGET");
-const EXISTS: usize = index("EXISTS");
-
-/// A family's position in `FAMILIES`, worked out at compile time.
-const fn index(name: &str) -> usize {
-    let mut i = 0;
-    while i < FAMILIES.len() {
-        let (a, b) = (FAMILIES[i].as_bytes(), name.as_bytes());
-        if a.len() == b.len() {
-            let mut j = 0;
-            while j < a.len() && a[j] == b[j] {
-                j += 1;
-            }
-            if j == a.len() {
-                return i;
-            }
-        }
-        i += 1;
-    }
-    OTHER
-}
+const GET: usize = commands::position_of("GET");
+const MGET: usize = commands::position_of("MGET");
+const EXISTS: usize = commands::position_of("EXISTS");
 
 /// An open connection; dropping it counts it closed.
 pub struct Open(Arc<Stats>);
@@ -417,16 +373,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn families_are_sorted_and_found_whatever_the_case() {
-        assert!(FAMILIES.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(FAMILIES[family_of(b"get")], "GET");
-        assert_eq!(FAMILIES[family_of(b"EvalSha")], "EVALSHA");
+    fn families_are_the_table_rows_found_whatever_the_case() {
+        let name = |family: usize| commands::TABLE[family].name;
+        assert_eq!(name(family_of(b"get")), "GET");
+        assert_eq!(name(family_of(b"EvalSha")), "EVALSHA");
+        assert_eq!(name(family_of(b"lpos")), "LPOS");
         assert_eq!(family_of(b"NOSUCHCOMMAND"), OTHER);
-        assert_eq!(FAMILIES[GET], "GET");
-        assert_eq!(FAMILIES[MGET], "MGET");
-        assert_eq!(FAMILIES[EXISTS], "EXISTS");
-        assert_eq!(FAMILIES[SET], "SET");
-        assert_eq!(family_of(b"set"), SET);
+        assert_eq!(name(GET), "GET");
+        assert_eq!(name(MGET), "MGET");
+        assert_eq!(name(EXISTS), "EXISTS");
+        assert_eq!(name(family_of(b"set")), "SET");
     }
 
     #[test]

@@ -20,6 +20,7 @@ __all__ = [
     "Ready",
     "__version__",
     "_flush_writes",
+    "command_facts",
     "fanout",
     "key_slot",
     "key_slots",
@@ -230,4 +231,21 @@ def zstd_compress(data: bytes, level: int = 3) -> bytes: ...
 def zstd_decompress(data: bytes, max_size: int) -> bytes: ...
 def key_slot(key: str | bytes) -> int: ...
 def key_slots(keys: Iterable[str | bytes]) -> list[int]: ...
+
+# {name: (effect, keys, route)}: the command table (src/commands.rs).
+def command_facts() -> dict[
+    str,
+    tuple[
+        Literal["read", "write", "flush", "control"],
+        Literal["none", "first", "two", "all", "pairs", "third", "counted", "streams"],
+        Literal[
+            "slot",
+            "each_key_summed",
+            "each_key_in_order",
+            "every_primary_summed",
+            "every_primary_joined",
+            "every_primary",
+        ],
+    ],
+]: ...
 def fanout(calls: Sequence[tuple[Client, Iterable[_Command]]]) -> list[Any]: ...

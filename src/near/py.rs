@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
 
 use crate::bridge::Bridge;
+use crate::commands::{self, Effect};
 use crate::errors::guard;
 use crate::near::fill::{self, FillKey};
 use crate::near::store::{Flush, Got, Limits, Store, Token};
@@ -25,24 +26,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Ready>()
 }
 
-/// Commands that never change a key: sending them drops nothing locally. Anything else is
-/// treated as a write to every tracked key among its arguments.
-#[rustfmt::skip]
-const READS: &[&str] = &[
-    "GET", "MGET", "EXISTS", "PTTL", "TTL", "PEXPIRETIME", "EXPIRETIME", "TYPE", "STRLEN",
-    "GETRANGE", "SCAN", "KEYS", "DBSIZE", "PING", "ECHO", "TIME", "INFO", "HGET", "HMGET",
-    "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HSCAN", "SMEMBERS", "SISMEMBER",
-    "SMISMEMBER", "SCARD", "SSCAN", "SRANDMEMBER", "SINTER", "SUNION", "SDIFF", "ZRANGE",
-    "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZSCORE", "ZMSCORE", "ZCARD",
-    "ZCOUNT", "ZRANK", "ZREVRANK", "ZSCAN", "LRANGE", "LLEN", "LINDEX", "OBJECT", "MEMORY",
-    "EVAL_RO", "EVALSHA_RO", "FCALL_RO", "READONLY", "WAIT",
-];
 /// The longest a sync get waits for another thread's fill of the same key before reading
 /// the server itself.
 const FILL_WAIT: Duration = Duration::from_millis(100);
-
-/// Commands that empty the database: drop everything.
-const FLUSHES: &[&str] = &["FLUSHDB", "FLUSHALL", "SWAPDB"];
 
 /// A near cache: the store of one cache configuration and its tracking connections.
 #[pyclass(module = "redoxide._redoxide", frozen)]
@@ -204,13 +190,15 @@ impl NearCache {
 
     fn forget_args(&self, args: &[Bound<'_, PyAny>]) -> PyResult<bool> {
         let Some(name) = args.first().and_then(key_bytes) else { return Ok(false) };
-        let upper = String::from_utf8_lossy(name).to_ascii_uppercase();
-        if READS.contains(&upper.as_str()) {
-            return Ok(false);
-        }
-        if FLUSHES.contains(&upper.as_str()) {
-            self.near.store.flush(Flush::Own);
-            return Ok(true);
+        // What the command table says it does (src/commands.rs); a command without a row is
+        // taken for a write.
+        match commands::facts(name).map_or(Effect::Write, |facts| facts.effect) {
+            Effect::Read | Effect::Control => return Ok(false),
+            Effect::Flush => {
+                self.near.store.flush(Flush::Own);
+                return Ok(true);
+            }
+            Effect::Write => {}
         }
         let mut any = false;
         for arg in &args[1..] {

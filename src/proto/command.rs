@@ -5,6 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 use redis::{Cmd, Pipeline};
 
+use crate::commands::{self, Facts};
+
 /// One round trip's worth of work.
 pub enum Request {
     Cmd(Cmd),
@@ -30,13 +32,12 @@ impl Replies {
 }
 
 impl Request {
-    /// Whether the request may be replayed after a dropped connection: only plain reads are.
+    /// Whether the request may be replayed after a dropped connection: only a read (by the
+    /// command table, src/commands.rs) alone is.
     pub fn is_idempotent(&self) -> bool {
         let Request::Cmd(cmd) = self else { return false };
         cmd.args_iter().next().is_some_and(|a| match a {
-            redis::Arg::Simple(name) => [&b"GET"[..], b"MGET", b"EXISTS", b"PING", b"TTL", b"PTTL"]
-                .iter()
-                .any(|read| name.eq_ignore_ascii_case(read)),
+            redis::Arg::Simple(name) => commands::facts(name).is_some_and(Facts::replayable),
             _ => false,
         })
     }
@@ -129,6 +130,9 @@ mod tests {
         incr.arg("k");
         assert!(!Request::Cmd(incr).is_idempotent());
         assert!(!Request::Pipe(Pipeline::new()).is_idempotent());
+        assert!(Request::Cmd(redis::cmd("HGET")).is_idempotent(), "every read, by the table");
+        assert!(!Request::Cmd(redis::cmd("MULTI")).is_idempotent(), "control is not a read");
+        assert!(!Request::Cmd(redis::cmd("NOSUCHCOMMAND")).is_idempotent());
     }
 
     #[test]

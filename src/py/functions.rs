@@ -31,6 +31,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fanout, m)?)?;
     m.add_function(wrap_pyfunction!(key_slot, m)?)?;
     m.add_function(wrap_pyfunction!(key_slots, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::commands::command_facts, m)?)?;
     Ok(())
 }
 

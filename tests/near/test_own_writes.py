@@ -3,11 +3,13 @@ entries it touches before it is sent (and again once answered)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redoxide.exceptions import ResponseError
 from support.dispatch import Ops
 from support.near import near_options, warm
 
@@ -91,3 +93,32 @@ def test_reads_keep_local_entries(make_near: Callable[..., Any], mode: str) -> N
     assert ops.get_or_set("cfg:a", 5) == 1
     assert cache.near_cache_stats()["hits"] >= hits + 3
     assert cache.near_cache_stats()["entries"] >= 1
+
+
+# Raw commands through the cache, by what the command table (src/commands.rs) says they do:
+# reads and control commands keep the local entry of a key among their arguments; writes and
+# commands the table does not know drop it.
+RAW: dict[str, tuple[Callable[[bytes], tuple[Any, ...]], bool]] = {
+    "LPOS (a read)": (lambda key: ("LPOS", key, "x"), True),
+    "STRLEN (a read)": (lambda key: ("STRLEN", key), True),
+    "OBJECT ENCODING (a read)": (lambda key: ("OBJECT", "ENCODING", key), True),
+    "PUBLISH (control)": (lambda key: ("PUBLISH", "channel", key), True),
+    "APPEND (a write)": (lambda key: ("APPEND", key, "x"), False),
+    "unknown": (lambda key: ("NOSUCHCOMMAND", key), False),
+}
+
+
+@pytest.mark.parametrize("command", list(RAW))
+def test_raw_commands_keep_or_drop_by_the_command_table(
+    make_near: Callable[..., Any], command: str
+) -> None:
+    cache = make_near()
+    cache.set("cfg:a", "text")
+    assert warm(cache, "cfg:a") == "text"
+    made = cache.make_and_validate_key("cfg:a").encode()
+    build, kept = RAW[command]
+    with contextlib.suppress(ResponseError):  # LPOS of a string, an unknown command
+        cache.client.execute(*build(made))
+    hits = cache.near_cache_stats()["hits"]
+    cache.get("cfg:a")
+    assert (cache.near_cache_stats()["hits"] == hits + 1) is kept

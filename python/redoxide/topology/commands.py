@@ -1,5 +1,6 @@
 """What a cluster needs to know about commands: which argument is the key, which commands
-split by slot or go to every primary, and how their replies join again."""
+split by slot or go to every primary, and how their replies join again. Read from the one
+command table of the core (src/commands.rs), which stats, the near cache and replays read too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from redoxide import _redoxide
 
 __all__ = [
     "EVERY_PRIMARY",
+    "FACTS",
     "SUMMED",
     "combine_for",
     "command_name",
@@ -22,22 +24,28 @@ __all__ = [
 key_slot = _redoxide.key_slot
 key_slots = _redoxide.key_slots
 
+#: The command table: {name: (effect, keys, route)} (src/commands.rs says what each means).
+FACTS = _redoxide.command_facts()
+
+
+def _named(keep: Callable[[str, str, str], bool]) -> frozenset[str]:
+    return frozenset(name for name, row in FACTS.items() if keep(*row))
+
+
 #: Commands whose every argument is a key, split by slot, their integer replies summed.
-SUMMED = frozenset({"DEL", "UNLINK", "EXISTS", "TOUCH"})
+SUMMED = _named(lambda _effect, _keys, route: route == "each_key_summed")
 #: Keyless commands that concern every primary's data, and how their replies combine.
-EVERY_PRIMARY = frozenset({"FLUSHDB", "FLUSHALL", "SCRIPT", "FUNCTION", "DBSIZE", "KEYS"})
-# Keyless commands answered by any node.
-_KEYLESS = frozenset(
-    {
-        "PING", "INFO", "TIME", "ECHO", "CLIENT", "CONFIG", "CLUSTER", "COMMAND", "SCAN",
-        "RANDOMKEY", "LASTSAVE", "SLOWLOG", "LATENCY", "ACL", "DEBUG", "WAIT", "ASKING",
-        "READONLY", "READWRITE", "HELLO", "AUTH", "SELECT", "ROLE", "MODULE", "SAVE", "BGSAVE",
-    }
-)  # fmt: skip
+EVERY_PRIMARY = _named(lambda _effect, _keys, route: route.startswith("every_primary"))
+_SUMMED_REPLIES = _named(lambda _e, _k, route: route in {"each_key_summed", "every_primary_summed"})
+_JOINED_REPLIES = _named(lambda _effect, _keys, route: route == "every_primary_joined")
+# Keyless commands (those of EVERY_PRIMARY aside, answered by any node).
+_KEYLESS = _named(lambda _effect, keys, _route: keys == "none")
 # Commands whose key is the third word (after a subcommand).
-_KEY_THIRD = frozenset({"OBJECT", "MEMORY", "XINFO"})
-_SCRIPTS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
-_STREAM_READS = frozenset({"XREAD", "XREADGROUP"})
+_KEY_THIRD = _named(lambda _effect, keys, _route: keys == "third")
+# The scripts: the keys follow their count.
+_SCRIPTS = _named(lambda _effect, keys, _route: keys == "counted")
+# The key follows the word STREAMS.
+_STREAM_READS = _named(lambda _effect, keys, _route: keys == "streams")
 
 
 def _upper(arg: Any) -> str:
@@ -118,9 +126,9 @@ def _concat(replies: list[Any]) -> Any:
 
 def combine_for(name: str) -> Callable[[list[Any]], Any]:
     """How the replies of a command split over several nodes join into one."""
-    if name in SUMMED or name == "DBSIZE":
+    if name in _SUMMED_REPLIES:
         return _sum
-    if name == "KEYS":
+    if name in _JOINED_REPLIES:
         return _concat
     return _first
 
