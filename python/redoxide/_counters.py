@@ -16,7 +16,7 @@ from redoxide.exceptions import CacheTimeout, CrossSlotError, NoScriptError, Res
 
 if TYPE_CHECKING:
     from redoxide._protocols import ClientLike
-    from redoxide.options import Config
+    from redoxide._sections import Config
     from redoxide.plans import Plan
 
 __all__ = ["CountersMixin"]

@@ -18,6 +18,7 @@ __all__ = [
     "SHOWN_PARAMETERS",
     "is_number",
     "parse_location",
+    "place",
     "pool_keyword",
     "query_db",
     "query_options",
@@ -137,6 +138,20 @@ def query_db(url: str) -> int | None:
     after checking every query parameter (see query_options)."""
     db: int | None = query_options(url).get("db")
     return db
+
+
+def place(url: str, db: int | None) -> tuple[Any, ...]:
+    """Where a server URL's keys live: (host, port, db), or ("unix", path, db); `db` from
+    OPTIONS wins over the URL's."""
+    parts = urlsplit(url)
+    if db is None:
+        db = query_db(url)
+    if parts.scheme.endswith("unix"):
+        return ("unix", parts.path, db or 0)
+    if db is None:
+        path = parts.path.strip("/")
+        db = int(path) if path.isdigit() else 0
+    return ((parts.hostname or "").lower(), parts.port or 6379, db)
 
 
 # -- redis-py's options in the URL query -------------------------------------------------------

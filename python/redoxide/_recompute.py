@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from redoxide._protocols import ClientLike
-    from redoxide.options import Config
+    from redoxide._sections import Config
     from redoxide.plans import Plan
 
 __all__ = ["RecomputeMixin"]

@@ -15,6 +15,7 @@ from redoxide.connection import RawClient
 from redoxide.exceptions import ConfigurationError
 from redoxide.lock import AsyncLock, Lock
 from redoxide.topology.commands import command_name, first_key
+from redoxide.topology.kinds import kind_of
 
 __all__ = [
     "LOCK_OPERATIONS",
@@ -61,7 +62,7 @@ class Tracing:
         base["db.namespace"] = str(
             config.servers.db if config.servers.db is not None else _path_db(url.path)
         )
-        if url.hostname and config.servers.topology != "sentinel":
+        if url.hostname and kind_of(config).names_server:
             base["server.address"] = url.hostname
             base["server.port"] = url.port or 6379
         elif url.scheme == "unix":

@@ -2,8 +2,8 @@
 
 Every Rust ``Client`` (one per server node per process) counts its own calls, errors, hits,
 misses, bytes, connections and latencies (src/stats.rs). Here a cache's counters are gathered
-from every node client made for its configuration (``seen`` is told of each one by
-topology/nodes.py, so a router's nodes are all found, including nodes it no longer uses: their
+from every node client made for its configuration (``_stats_nodes.seen`` is told of each one
+by topology/nodes.py, so a router's nodes are all found, including nodes it no longer uses: their
 counts stay part of the history), added up, and returned with the cache's alias and its
 fail-open count as a plain, JSON-serializable dict:
 
@@ -28,14 +28,13 @@ clients, and so their counters.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from redoxide._registry import track
+from redoxide._stats_nodes import clients_of
+from redoxide.options import parse_config
 
 if TYPE_CHECKING:
-    from redoxide._redoxide import Client
-    from redoxide.options import Config
+    from redoxide._sections import Config
     from redoxide.plans import FailOpen
 
 
@@ -48,46 +47,12 @@ class _Cache(Protocol):
     version: int
 
 
-__all__ = ["collect", "merge", "reset", "seen"]
+__all__ = ["collect", "merge", "reset"]
 
-# client_key -> {address: the node's Rust client}, for every node client made for it.
-_nodes: dict[tuple[Any, ...], dict[str, Client]] = {}
 _aliases: dict[int, tuple[Config, str]] = {}
 _SCALARS = (
     "hits", "misses", "bytes_sent", "bytes_received", "connections", "reconnects", "timeouts",
 )  # fmt: skip
-
-
-class _Fork:
-    """Give a forked child counters of its own (its parent's connections are not its own)."""
-
-    lock = threading.Lock()
-
-    def after_fork(self) -> None:
-        _Fork.lock = threading.Lock()
-        for clients in _nodes.values():
-            for client in clients.values():
-                client.reset_stats(connections=True)
-
-
-_fork = _Fork()
-track(_fork)
-
-
-def seen(config: Config, client: Client) -> None:
-    """Note that `client` carries traffic of `config`'s caches."""
-    clients = _nodes.get(config.client_key)
-    if clients is None:
-        with _Fork.lock:
-            clients = _nodes.setdefault(config.client_key, {})
-    if clients.get(client.address) is not client:
-        with _Fork.lock:
-            clients[client.address] = client
-
-
-def _clients(config: Config) -> list[Client]:
-    with _Fork.lock:
-        return list(_nodes.get(config.client_key, {}).values())
 
 
 def alias_of(cache: _Cache) -> str:
@@ -98,8 +63,6 @@ def alias_of(cache: _Cache) -> str:
     if known is not None and known[0] is config:
         return known[1]
     from django.conf import settings
-
-    from redoxide.options import parse_config
 
     found = ", ".join(config.servers.display)
     for alias, conf in getattr(settings, "CACHES", {}).items():
@@ -148,7 +111,7 @@ def collect(cache: _Cache) -> dict[str, Any]:
 
     nodes: dict[str, dict[str, Any]] = {}
     enabled = True
-    for client in _clients(cache._config):
+    for client in clients_of(cache._config):
         counters = client.stats()
         enabled = counters.pop("enabled")
         nodes[client.address] = counters
@@ -167,6 +130,6 @@ def collect(cache: _Cache) -> dict[str, Any]:
 def reset(cache: _Cache) -> None:
     """Zero a cache's counters (those of every node it uses, shared with caches that share
     them); open connections are a gauge and stay."""
-    for client in _clients(cache._config):
+    for client in clients_of(cache._config):
         client.reset_stats()
     cache._fail_open.ignored = 0

@@ -27,12 +27,13 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from redoxide._location import parse_location, query_db
+from redoxide._location import parse_location, place, query_db
 from redoxide._patterns import _SHAPE_KEYS, NameMatcher, name_matcher, shared_name
 from redoxide.cache import RedisCache
 from redoxide.exceptions import EncodingError
 from redoxide.options import Config, _names, parse_config
 from redoxide.serializers import PickleSerializer
+from redoxide.topology.kinds import kind_of
 
 __all__ = [
     "CONNECTIVITY",
@@ -234,33 +235,6 @@ def _tls(config: Config) -> bool:
     return all(urlsplit(url).scheme in ("rediss", "valkeys") for url in config.servers.urls)
 
 
-def _databases(config: Config) -> set[tuple[Any, ...]]:
-    """Where a configuration's keys live: (kind, address..., db) of each server it names."""
-    if config.servers.topology == "sentinel":
-        db = config.servers.db or 0
-        return {
-            ("sentinel", config.servers.service_name, host, port, db)
-            for host, port in config.servers.sentinels
-        }
-    places = {_place(url, config.servers.db) for url in config.servers.urls}
-    if config.servers.topology == "cluster":  # one database; any seed names the same cluster
-        return {("cluster", *place[:2]) for place in places}
-    return places
-
-
-def _place(url: str, db: int | None) -> tuple[Any, ...]:
-    """(host, port, db) of a server URL, or ("unix", path, db); `db` from OPTIONS wins."""
-    parts = urlsplit(url)
-    if db is None:
-        db = query_db(url)
-    if parts.scheme.endswith("unix"):
-        return ("unix", parts.path, db or 0)
-    if db is None:
-        path = parts.path.strip("/")
-        db = int(path) if path.isdigit() else 0
-    return ((parts.hostname or "").lower(), parts.port or 6379, db)
-
-
 def _other_databases(entry: Any) -> set[tuple[Any, ...]]:
     """Where another (non-redoxide) Redis cache's keys live, if its LOCATION says."""
     if not isinstance(entry, dict):
@@ -269,7 +243,7 @@ def _other_databases(entry: Any) -> set[tuple[Any, ...]]:
     db = options.get("DB", options.get("db")) if isinstance(options, dict) else None
     try:
         urls = parse_location(entry.get("LOCATION", ""))
-        return {_place(url, db if isinstance(db, int) else None) for url in urls}
+        return {place(url, db if isinstance(db, int) else None) for url in urls}
     except (ImproperlyConfigured, ValueError):
         return set()
 
@@ -301,7 +275,7 @@ def _deployment_warnings(alias: str, config: Config) -> Iterator[Warning]:
 
 
 def _shared_database_warnings(configs: list[tuple[str, Config]]) -> Iterator[Warning]:
-    places = {alias: _databases(config) for alias, config in configs}
+    places = {alias: kind_of(config).databases(config) for alias, config in configs}
     ours = set(places)
     for alias, entry in _caches().items():
         if alias not in ours:
@@ -356,7 +330,7 @@ def shared_names(alias: str, clearing: bool) -> list[tuple[str, str, str]]:
     cache's keys under two aliases)."""
     caches = _caches()
     places = {other: _other_databases(entry) for other, entry in caches.items()}
-    places.update((other, _databases(config)) for other, config in valid_configs())
+    places.update((other, kind_of(config).databases(config)) for other, config in valid_configs())
     mine = _matcher_of(caches.get(alias), clearing)
     if mine is None or not places.get(alias):
         return []

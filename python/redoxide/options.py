@@ -22,10 +22,13 @@ from redoxide._location import (
     redact,
 )
 from redoxide._near_options import parse_near_cache
+from redoxide._option_parts import fail as _fail
+from redoxide._option_parts import optional_str as _optional_str
 from redoxide._sections import Behaviour, Config, Connection, ErrorPolicy, Servers, Values
 from redoxide._tls import TLS_OPTIONS, tls_settings
 from redoxide._value_options import value_codec
 from redoxide.exceptions import ConfigurationError, ResponseError
+from redoxide.topology.kinds import parse_topology
 
 __all__ = ["Config", "parse_config", "parse_location", "redact"]
 
@@ -76,14 +79,6 @@ _IGNORED = frozenset({"pool_class", "parser_class", "pool_kwargs"})
 _ACCEPTED_CLIENT_CLASSES = frozenset(
     {"django_redis.client.DefaultClient", "django_redis.client.SentinelClient"}
 )
-TOPOLOGIES = ("standalone", "replicas", "sentinel", "cluster")
-
-
-def _fail(option: str | tuple[str, ...], message: str) -> ConfigurationError:
-    """An error naming an option: OPTIONS['DB'], or for a key of a dict option, a tuple
-    naming both: OPTIONS['CONNECTION_POOL_KWARGS']['db']."""
-    path = (option,) if isinstance(option, str) else option
-    return ConfigurationError(f"redoxide: OPTIONS{''.join(f'[{p!r}]' for p in path)} {message}")
 
 
 def _seconds(option: str | tuple[str, ...], value: Any) -> float:
@@ -92,12 +87,6 @@ def _seconds(option: str | tuple[str, ...], value: Any) -> float:
     if not math.isfinite(value) or not 0.001 <= value <= 86400:
         raise _fail(option, f"must be a number of seconds from 0.001 to 86400, not {value!r}")
     return float(value)
-
-
-def _optional_str(option: str | tuple[str, ...], value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise _fail(option, f"must be a string, not {type(value).__name__}")
 
 
 def _exception_classes(option: str, value: Any) -> tuple[type[BaseException], ...]:
@@ -122,92 +111,10 @@ def _exception_classes(option: str, value: Any) -> tuple[type[BaseException], ..
     return tuple(classes)
 
 
-def _flag(opts: dict[str, Any], names: dict[str, str], key: str) -> bool | None:
-    if key not in opts:
-        return None
-    if not isinstance(opts[key], bool):
-        raise _fail(names[key], f"must be True or False, not {opts[key]!r}")
-    return bool(opts[key])
-
-
-def _sentinel_addresses(option: str, value: Any) -> tuple[tuple[str, int], ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
-        raise _fail(option, "must be a non-empty list of (host, port) pairs")
-    found = []
-    for item in value:
-        if isinstance(item, str):
-            host, _, port_text = item.rpartition(":")
-            item = (host, int(port_text)) if is_number(port_text) and host else item
-        if (
-            not isinstance(item, (list, tuple))
-            or len(item) != 2
-            or not isinstance(item[0], str)
-            or isinstance(item[1], bool)
-            or not isinstance(item[1], int)
-            or not 0 < item[1] < 65536
-        ):
-            raise _fail(option, f"entries must be (host, port) pairs, not {item!r}")
-        found.append((item[0], item[1]))
-    return tuple(found)
-
-
 def _topology(opts: dict[str, Any], names: dict[str, str], kwargs: dict[str, Any]) -> None:
-    """Work out standalone / replicas / sentinel / cluster from LOCATION and OPTIONS."""
-    servers: tuple[str, ...] = kwargs["urls"]
-    cluster = _flag(opts, names, "cluster")
-    read_from_replicas = _flag(opts, names, "read_from_replicas")
-    if cluster and "sentinels" in opts:
-        raise _fail(names["cluster"], "cannot be combined with SENTINELS")
-    if cluster:
-        kwargs["topology"] = "cluster"
-        path_dbs = [urlsplit(url).path.strip("/") for url in servers]
-        if kwargs.get("db") or any(db not in ("", "0") for db in path_dbs):
-            raise _fail(names["cluster"], "a cluster has only database 0 (remove DB / ?db=)")
-        kwargs["read_from_replicas"] = bool(read_from_replicas)
-        return
-    if "sentinels" in opts:
-        kwargs["topology"] = "sentinel"
-        kwargs["sentinels"] = _sentinel_addresses(names["sentinels"], opts["sentinels"])
-        if len(servers) != 1:
-            raise _fail(names["sentinels"], "needs one LOCATION: redis://SERVICE_NAME/db")
-        parts = urlsplit(servers[0])
-        if not parts.hostname:
-            raise _fail(names["sentinels"], "needs LOCATION redis://SERVICE_NAME/db")
-        kwargs["service_name"] = parts.hostname
-        path_db = parts.path.strip("/")
-        if path_db and "db" not in kwargs:
-            if not is_number(path_db):
-                raise ConfigurationError(
-                    f"redoxide: LOCATION {redact(servers[0])!r}: the database must be a number"
-                )
-            kwargs["db"] = int(path_db)
-        extra = opts.get("sentinel_kwargs") or {}
-        if not isinstance(extra, dict):
-            raise _fail(names["sentinel_kwargs"], f"must be a dict, not {type(extra).__name__}")
-        unknown = sorted(set(extra) - {"password", "username"})
-        if unknown:
-            raise _fail(
-                names["sentinel_kwargs"],
-                f"has unsupported keys {', '.join(unknown)} (password, username are understood)",
-            )
-        kwargs["sentinel_username"] = _optional_str(
-            "SENTINEL_KWARGS.username", extra.get("username")
-        )
-        kwargs["sentinel_password"] = _optional_str(
-            "SENTINEL_KWARGS.password", extra.get("password")
-        )
-        kwargs["read_from_replicas"] = bool(read_from_replicas)
-        return
-    if "sentinel_kwargs" in opts:
-        raise _fail(names["sentinel_kwargs"], "needs SENTINELS")
-    if len(servers) > 1:
-        kwargs["topology"] = "replicas"
-        kwargs["read_from_replicas"] = read_from_replicas is not False
-    elif read_from_replicas:
-        raise _fail(
-            names["read_from_replicas"],
-            "needs replicas: a LOCATION list, SENTINELS or CLUSTER",
-        )
+    """Work out standalone / replicas / sentinel / cluster from LOCATION and OPTIONS: the
+    first topology kind that claims them parses its own options (redoxide.topology.kinds)."""
+    parse_topology(opts, names, kwargs)
 
 
 def _setting(settings: Any, name: str, default: Any) -> Any:

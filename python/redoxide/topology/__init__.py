@@ -25,15 +25,19 @@ next call.
     parts.py      calls cut into single-slot parts
     cluster.py    ClusterRouter (CLUSTER: True)
     survey.py     every node of a topology, each asked directly (checks, commands)
+    seen.py       what a survey finds
+    kinds/        the topologies as kinds: parse, build, survey, checks, clear (one registry)
 """
 
 from __future__ import annotations
 
 from redoxide._protocols import ClientLike
 from redoxide._registry import Registry
-from redoxide.options import Config
+from redoxide._sections import Config
 from redoxide.topology.cluster import ClusterRouter
-from redoxide.topology.nodes import new_client
+
+# After the routers: each kind builds one.
+from redoxide.topology.kinds import kind_of
 from redoxide.topology.replicas import ReplicaRouter
 from redoxide.topology.sentinel import SentinelRouter
 
@@ -45,22 +49,8 @@ _clients: Registry[ClientLike] = Registry()
 
 
 def make_client(config: Config) -> ClientLike:
-    """Build the client (or router) for a configuration."""
-    if config.servers.topology == "cluster":
-        return ClusterRouter(config)
-    if config.servers.topology == "sentinel":
-        return SentinelRouter(config)
-
-    def plain(url: str) -> ClientLike:
-        return new_client(config, url, db=config.servers.db)
-
-    if config.servers.topology == "replicas":
-        return ReplicaRouter(
-            plain(config.servers.urls[0]),
-            [plain(url) for url in config.servers.urls[1:]],
-            config.servers.read_from_replicas,
-        )
-    return plain(config.servers.urls[0])
+    """Build the client (or router) for a configuration: its topology kind's."""
+    return kind_of(config).build(config)
 
 
 def shared_client(config: Config) -> ClientLike:

@@ -13,8 +13,8 @@ from typing import Any
 from redoxide import plans
 from redoxide._protocols import ClientLike, Topology
 from redoxide._redoxide import Bridge, Client
+from redoxide._sections import Config
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ResponseError
-from redoxide.options import Config
 from redoxide.plans import Plan
 from redoxide.topology.calls import Call, Execute, Get, MGet, Set
 from redoxide.topology.commands import (

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from redoxide import _redoxide, _stats
+from redoxide import _redoxide, _stats_nodes
 from redoxide._credentials import credentials_for
 from redoxide._location import redact
 from redoxide._registry import Registry
+from redoxide._sections import Config
 from redoxide.exceptions import ConfigurationError
-from redoxide.options import Config
 
 __all__ = ["discovery_budget", "new_client", "node_client"]
 
@@ -45,7 +45,7 @@ def new_client(
         )  # fmt: skip
     except ConfigurationError as exc:  # name the URL, never its secret
         raise ConfigurationError(f"{exc} (LOCATION {redact(url)!r})") from None
-    _stats.seen(config, client)
+    _stats_nodes.seen(config, client)
     return client
 
 
@@ -64,7 +64,7 @@ def node_client(
         return new_client(config, url, db=db, readonly=readonly)
 
     client = _nodes.get(key, make)
-    _stats.seen(config, client)  # a node made for another configuration serves this one too
+    _stats_nodes.seen(config, client)  # a node made for another configuration serves this one too
     return client
 
 

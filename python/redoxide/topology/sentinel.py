@@ -30,8 +30,8 @@ from typing import Any
 from redoxide import plans
 from redoxide._redoxide import Bridge, Client
 from redoxide._registry import track
+from redoxide._sections import Config
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ReadOnlyError
-from redoxide.options import Config
 from redoxide.plans import Plan
 from redoxide.topology.base import Router
 from redoxide.topology.calls import Call

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from redoxide._redoxide import Bridge, Client
+from redoxide._sections import Config
 from redoxide.exceptions import (
     CacheError,
     ClusterDownError,
@@ -24,7 +25,6 @@ from redoxide.exceptions import (
     ResponseError,
     TryAgainError,
 )
-from redoxide.options import Config
 from redoxide.plans import Plan
 from redoxide.topology.flight import Flight
 from redoxide.topology.health import ReplicaHealth

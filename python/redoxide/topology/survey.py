@@ -11,39 +11,16 @@ learnt are still worth asking.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from redoxide import _redoxide
+from redoxide._sections import Config
 from redoxide.exceptions import CacheError
-from redoxide.options import Config
 from redoxide.topology import shared_client
-from redoxide.topology.cluster import ClusterRouter
-from redoxide.topology.nodes import node_client, split_address
-from redoxide.topology.replicas import ReplicaRouter
-from redoxide.topology.sentinel import SentinelRouter
+from redoxide.topology.kinds import kind_of
+from redoxide.topology.seen import Node, Survey
 
 __all__ = ["Node", "Probe", "Survey", "describe", "node_info", "parse_info", "probe", "survey"]
-
-
-@dataclass(frozen=True)
-class Node:
-    """One server of a topology: what the topology takes it for, and a client to ask it."""
-
-    #: "primary", "replica", "sentinel", or "seed" (a cluster address nobody described).
-    kind: str
-    address: str
-    client: _redoxide.Client = field(repr=False, compare=False)
-
-
-@dataclass
-class Survey:
-    """The nodes of a topology, and what could not be learnt about it."""
-
-    topology: str
-    nodes: list[Node] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -79,85 +56,9 @@ def describe(exc: BaseException) -> str:
 
 def survey(config: Config) -> Survey:
     """List the nodes of a configuration's topology, asking sentinels or the cluster."""
-    client = shared_client(config)
     found = Survey(config.servers.topology)
-    if isinstance(client, ClusterRouter):
-        _cluster(config, client, found)
-    elif isinstance(client, SentinelRouter):
-        _sentinel(config, client, found)
-    elif isinstance(client, ReplicaRouter):
-        found.nodes.append(_node("primary", client.primary))
-        found.nodes.extend(_node("replica", replica) for replica in client.replicas)
-    else:
-        found.nodes.append(_node("primary", client))
+    kind_of(config).survey(config, shared_client(config), found)
     return found
-
-
-def _node(kind: str, client: Any) -> Node:
-    return Node(kind, str(client.address), client)
-
-
-def _sentinel(config: Config, router: SentinelRouter, found: Survey) -> None:
-    sentinels = router.primary.sentinels
-    found.nodes.extend(_node("sentinel", sentinel) for sentinel in sentinels)
-    service, errors = router.primary.service, []
-    for sentinel in sentinels:
-        try:
-            addr = sentinel.execute(("SENTINEL", "get-master-addr-by-name", service))
-            replicas = sentinel.execute(("SENTINEL", "replicas", service)) if addr else []
-        except CacheError as exc:
-            errors.append(f"{sentinel.address}: {type(exc).__name__}")
-            continue
-        if not addr:
-            errors.append(f"{sentinel.address}: does not know {service!r}")
-            continue
-        primary = node_client(config, addr[0].decode(), int(addr[1]), db=config.servers.db)
-        found.nodes.append(_node("primary", primary))
-        for entry in replicas:
-            fields = dict(zip(entry[::2], entry[1::2], strict=False))
-            host, port = fields[b"ip"].decode(), int(fields[b"port"])
-            found.nodes.append(
-                _node("replica", node_client(config, host, port, db=config.servers.db))
-            )
-        return
-    found.problems.append(f"no sentinel named the primary of {service!r} ({'; '.join(errors)})")
-
-
-def _cluster(config: Config, router: ClusterRouter, found: Survey) -> None:
-    try:
-        router.slots.table_now()
-        asked, reply = _first_answer(router.slots.primaries, ("CLUSTER", "NODES"))
-    except CacheError as exc:
-        found.problems.append(str(exc))
-        for url in config.servers.urls:
-            parts = urlsplit(url)
-            seed = node_client(config, parts.hostname or "127.0.0.1", parts.port or 6379)
-            found.nodes.append(_node("seed", seed))
-        return
-    for line in reply.decode().splitlines():
-        fields = line.split()
-        if len(fields) < 3 or "noaddr" in fields[2].split(","):
-            continue
-        address = split_address(fields[1].split("@")[0])
-        if address is None:
-            continue
-        host, port = address
-        if not host:  # a node that does not know its own address: the one asked
-            host = asked.address.rpartition(":")[0].strip("[]")
-        replica = "master" not in fields[2].split(",")
-        client = node_client(config, host, port, readonly=replica)
-        found.nodes.append(_node("replica" if replica else "primary", client))
-
-
-def _first_answer(nodes: list[Any], command: tuple[str, ...]) -> tuple[Any, Any]:
-    """The first node that answers, and its reply."""
-    failure: CacheError | None = None
-    for node in nodes:
-        try:
-            return node, node.execute(command)
-        except CacheError as exc:
-            failure = exc
-    raise failure or CacheError("no node to ask")
 
 
 def parse_info(text: bytes | str) -> dict[str, Any]:

@@ -11,28 +11,19 @@ would go as well, so that too is refused without --yes, naming it."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.core.management.base import CommandParser
 
 from redoxide.checks import shared_names
 from redoxide.management.base import CacheCommand, Target, refuse, resolve
+from redoxide.topology.kinds import kind_of
 
 Report = dict[str, Any]
 
 
 def flushed(target: Target) -> str:
     """What FLUSHDB on the cache empties, in words."""
-    config = target.config
-    if config.servers.topology == "cluster":
-        return "every primary of the cluster"
-    db = config.servers.db
-    if db is None:
-        path = urlsplit(config.servers.urls[0]).path.strip("/")
-        db = int(path) if path.isdigit() else 0
-    if config.servers.topology == "sentinel":
-        return f"database {db} of the primary of {config.servers.service_name!r}"
-    return f"database {db} of {config.servers.display[0]}"
+    return kind_of(target.config).flushed(target.config)
 
 
 class Command(CacheCommand):
