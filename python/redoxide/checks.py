@@ -28,7 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from redoxide._location import parse_location, place, query_db
-from redoxide._patterns import _SHAPE_KEYS, NameMatcher, name_matcher, shared_name
+from redoxide._name_shapes import _SHAPE_KEYS, NameMatcher, name_matcher, shared_name
 from redoxide.cache import RedisCache
 from redoxide.exceptions import EncodingError
 from redoxide.options import Config, _names, parse_config

@@ -33,16 +33,20 @@ from typing import Any
 
 from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig, marker_name
+from redoxide._near_parts import (
+    ROUTER_RECOVERS,
+    Forget,
+    Part,
+    answered,
+    forgets,
+    placed,
+    tracked_prefixes,
+)
 from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
-from redoxide._redoxide import Bridge, Client, NearCache
+from redoxide._redoxide import Bridge, Client
 from redoxide._registry import Registry, track
 from redoxide.exceptions import (
     CacheError,
-    ClusterDownError,
-    ConnectionInterrupted,
-    ReadOnlyError,
-    RedirectError,
-    TryAgainError,
 )
 from redoxide.plans import Plan
 from redoxide.topology.base import ReadClient
@@ -54,24 +58,9 @@ __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
 
-#: What a router recovers from (a slot that moved or is moving, a primary that failed over or
-#: was demoted): a fill on the owner it named that meets one reads through the router instead.
-_ROUTER_RECOVERS = (
-    RedirectError,
-    TryAgainError,
-    ClusterDownError,
-    ReadOnlyError,
-    ConnectionInterrupted,
-)
-
 #: Every near cache of the process (they live as long as it does: see `near_client`).
 _every: tuple[NearClient, ...] = ()
 _joining = threading.Lock()  # makes each append to _every one read-and-write
-
-
-#: How a store finds the tracked keys a write names: in a command's arguments, in a
-#: pipeline's commands, or in a list of keys.
-Forget = Callable[[NearCache, Any], bool]
 
 
 def _forget_everywhere(forget: Forget, what: Any) -> bool:
@@ -84,62 +73,9 @@ def _forget_everywhere(forget: Forget, what: Any) -> bool:
     return found
 
 
-def _forgets(call: Call) -> tuple[Forget, Any]:
-    """What a write call drops from the stores: how to find its keys, and where."""
-    first = call.args[0]  # the command, the commands, the key, the keys
-    if isinstance(call, Execute):
-        return NearCache.forget, first
-    if isinstance(call, Pipeline):
-        return NearCache.forget_all, first
-    if isinstance(call, Set):
-        return NearCache.forget_keys, (first,)
-    if isinstance(call, SetMany):
-        return NearCache.forget_keys, first
-    raise TypeError(f"redoxide: {type(call).__name__} is not a write")
-
-
 def _forget_in(clients: tuple[NearClient, ...], keys: Any) -> None:
     for client in clients:
         client._store.forget_keys(keys)
-
-
-#: A primary's share of a get_many's fills: positions, keys, fill tokens.
-_Part = tuple[list[int], list[Any], list[Any]]
-
-
-def _answered(error: CacheError, found: list[Any]) -> None:
-    """Give `error` what did answer (hits, filled keys; None for the others) for every key
-    asked: a fail-open get_many returns those."""
-    error.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
-
-
-def _placed(at: list[int], outcome: Any, found: list[Any]) -> list[int]:
-    """Put one primary's fill outcome into `found` at positions `at`; the positions to read
-    through the router instead (the part, or a key, met what a router recovers from).
-    Anything else raises."""
-    if isinstance(outcome, _ROUTER_RECOVERS):
-        return at
-    if isinstance(outcome, BaseException):
-        raise outcome
-    again: list[int] = []
-    for i, value in zip(at, outcome, strict=True):
-        if isinstance(value, _ROUTER_RECOVERS):
-            again.append(i)
-        elif isinstance(value, BaseException):
-            raise value
-        else:
-            found[i] = value
-    return again
-
-
-def tracked_prefixes(
-    settings: NearCacheConfig, key_prefix: str, version: int, default: bool
-) -> tuple[str, ...]:
-    """The server key prefixes to keep: PREFIXES after KEY_PREFIX and VERSION (the default key
-    function), or as given (a custom KEY_FUNCTION: they then match the server key itself)."""
-    if not default:
-        return settings.prefixes
-    return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
 
 
 class NearClient(Topology):
@@ -326,7 +262,7 @@ class NearClient(Topology):
             return (yield self._inner.get, (key,))
         try:
             return (yield self._store.fill, (node, key, token))
-        except _ROUTER_RECOVERS:
+        except ROUTER_RECOVERS:
             # The token is cancelled; the router follows the key to its home.
             return (yield self._inner.get, (key,))
 
@@ -355,7 +291,7 @@ class NearClient(Topology):
             if parts:
                 outcomes = yield self._fill_parts, (list(parts.items()),)
                 for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
-                    routed += _placed(at, outcome, found)
+                    routed += placed(at, outcome, found)
             if routed:
                 routed.sort()
                 try:
@@ -371,7 +307,7 @@ class NearClient(Topology):
                     found[i] = value
             return found
         except CacheError as exc:
-            _answered(exc, found)
+            answered(exc, found)
             raise
 
     def _fill_here(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
@@ -381,7 +317,7 @@ class NearClient(Topology):
         try:
             values = yield self._store.fill_keys, (self._inner, names, tokens, True)
         except CacheError as exc:
-            _answered(exc, found)
+            answered(exc, found)
             raise
         for i, value in zip(at, values, strict=True):
             found[i] = value
@@ -398,11 +334,11 @@ class NearClient(Topology):
                 hit = None
             yield i, key, hit
 
-    def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, _Part], list[int]]:
+    def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, Part], list[int]]:
         """The misses among `found` by the primary that owns them (positions, keys, fill
         tokens: None for a key not kept, or not filled now), and the positions of the misses
         no primary is known for (their tokens cancelled)."""
-        parts: dict[Any, _Part] = {}
+        parts: dict[Any, Part] = {}
         routed: list[int] = []
         following: bool | None = None
         for i, key, hit in self._misses(keys, found):
@@ -481,7 +417,7 @@ class NearClient(Topology):
         dropped, in every near cache of the process, before it is sent and again once it is
         answered (a fill that read the old value meanwhile is killed)."""
         node = self._inner if on is None else on
-        forget_how, what = _forgets(call)
+        forget_how, what = forgets(call)
         forget = functools.partial(_forget_everywhere, forget_how)
         if not forget(what):
             return call.on(node, bridge)

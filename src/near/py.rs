@@ -1,24 +1,26 @@
-//! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats) and
-//! `Ready`, the awaitable of a value already at hand.
+//! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats; what a
+//! command drops is `forget.rs`'s) and the registration of `Ready` (`ready.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
 
 use crate::bridge::Bridge;
-use crate::commands::{self, Effect};
 use crate::errors::guard;
 use crate::near::fill::{self, FillKey};
+use crate::near::ready::Ready;
 use crate::near::store::{Flush, Got, Limits, Store, Token};
 use crate::near::tracking::{Near, Source};
 use crate::near::write;
 use crate::proto::reply;
 use crate::proto::Request;
 use crate::py::client::Client;
+
+mod forget;
 
 /// Add the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,32 +36,6 @@ const FILL_WAIT: Duration = Duration::from_millis(100);
 #[pyclass(module = "redoxide._redoxide", frozen)]
 pub struct NearCache {
     near: Arc<Near>,
-}
-
-/// An awaitable that returns a value at once (a near-cache hit under `await`).
-#[pyclass(module = "redoxide._redoxide", frozen)]
-pub struct Ready {
-    value: Py<PyAny>,
-}
-
-#[pymethods]
-impl Ready {
-    #[new]
-    fn new(value: Py<PyAny>) -> Self {
-        Ready { value }
-    }
-
-    fn __await__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __iter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __next__(&self, py: Python<'_>) -> PyResult<()> {
-        Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
-    }
 }
 
 /// A key's bytes, or None for a key the near cache cannot hold (not str or bytes).
@@ -180,36 +156,6 @@ impl NearCache {
             }
             Some(bridge) => Ok(Py::new(py, write.submit(&self.near, bridge)?)?.into_any()),
         }
-    }
-
-    /// Drop the tracked keys among a command's arguments; whether there were any.
-    fn forget_command(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
-        self.forget_args(&items)
-    }
-
-    fn forget_args(&self, args: &[Bound<'_, PyAny>]) -> PyResult<bool> {
-        let Some(name) = args.first().and_then(key_bytes) else { return Ok(false) };
-        // What the command table says it does (src/commands.rs); a command without a row is
-        // taken for a write.
-        match commands::facts(name).map_or(Effect::Write, |facts| facts.effect) {
-            Effect::Read | Effect::Control => return Ok(false),
-            Effect::Flush => {
-                self.near.store.flush(Flush::Own);
-                return Ok(true);
-            }
-            Effect::Write => {}
-        }
-        let mut any = false;
-        for arg in &args[1..] {
-            if let Some(bytes) = key_bytes(arg) {
-                if self.near.tracks(bytes) {
-                    self.near.store.invalidate(bytes);
-                    any = true;
-                }
-            }
-        }
-        Ok(any)
     }
 }
 

@@ -358,7 +358,7 @@ def test_a_shape_takes_every_name_of_the_cache_and_no_lookalike(
     key_function: Any, prefix: str, glob: str, theirs: list[bytes], not_theirs: list[bytes]
 ) -> None:
     from django.core.cache.backends.base import default_key_func
-    from redoxide._patterns import name_matcher
+    from redoxide._name_shapes import name_matcher
 
     matcher = name_matcher(key_function or default_key_func, prefix, 1)
     assert matcher is not None and matcher.glob == glob
@@ -369,7 +369,7 @@ def test_a_shape_takes_every_name_of_the_cache_and_no_lookalike(
 def test_a_key_function_that_hashes_the_whole_name_has_no_shape_to_clear() -> None:
     import hashlib
 
-    from redoxide._patterns import name_matcher
+    from redoxide._name_shapes import name_matcher
 
     def hashed(key: Any, key_prefix: str, version: Any) -> str:
         return hashlib.sha1(f"{key_prefix}:{version}:{key}".encode()).hexdigest()
@@ -379,7 +379,7 @@ def test_a_key_function_that_hashes_the_whole_name_has_no_shape_to_clear() -> No
 
 def test_two_shapes_share_a_name_only_where_one_name_can_be_of_both() -> None:
     from django.core.cache.backends.base import default_key_func
-    from redoxide._patterns import name_matcher, shared_name
+    from redoxide._name_shapes import name_matcher, shared_name
 
     def shape(prefix: str, key_function: Any = default_key_func) -> Any:
         return name_matcher(key_function, prefix, 1)

@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles (type-only imports included), files of one job."""
+"""The package's shape: no import cycles (type-only imports included), files of one job (at
+most 550 lines, a Rust file's unit-test module aside)."""
 
 from __future__ import annotations
 
@@ -58,10 +59,26 @@ def test_the_package_has_no_import_cycles() -> None:
     assert cycles == [], " ; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_no_module_of_the_package_is_over_600_lines() -> None:
+#: The most lines a file holds: past it, it holds more than one job.
+MOST_LINES = 550
+CORE = PACKAGE.parents[1] / "src"
+
+
+def test_no_module_of_the_package_is_over_550_lines() -> None:
     long = {
         name: n
         for name, path in modules().items()
-        if (n := len(path.read_text().splitlines())) > 600
+        if (n := len(path.read_text().splitlines())) > MOST_LINES
     }
+    assert long == {}
+
+
+def test_no_rust_file_is_over_550_lines_before_its_unit_tests() -> None:
+    long = {}
+    for path in CORE.rglob("*.rs"):
+        lines = path.read_text().splitlines()
+        tests = [i for i, line in enumerate(lines) if line.strip() == "#[cfg(test)]"]
+        counted = tests[-1] if tests and lines[tests[-1] + 1].startswith("mod ") else len(lines)
+        if counted > MOST_LINES:
+            long[str(path.relative_to(CORE))] = counted
     assert long == {}

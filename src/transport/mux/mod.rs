@@ -10,16 +10,18 @@
 //! closed (idle timeout, CLIENT KILL, a proxy) is sent once more on the new connection, and a
 //! write on an idle connection first checks the server has not closed it (the same rules as
 //! the sync path's, `thread_conns`).
+//!
+//! The connection's tasks (connect, the writer, the reader) are `tasks.rs`'; `fifo.rs` matches
+//! replies to waiters, `done.rs` says who waits, `stream.rs` opens the socket.
 
 mod done;
 pub(in crate::transport) mod fifo;
 mod stream;
+mod tasks;
 
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
 
-use tokio::io::Interest;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -279,7 +281,7 @@ impl Shared {
             open: std::sync::OnceLock::new(),
             mux: Arc::downgrade(self),
         });
-        runtime::get()?.spawn(connect(Arc::clone(&conn), Arc::clone(&self.config)));
+        runtime::get()?.spawn(tasks::connect(Arc::clone(&conn), Arc::clone(&self.config)));
         *current = Some(Arc::clone(&conn));
         Ok(conn)
     }
@@ -471,132 +473,6 @@ pub fn flush_deferred() {
         queue.flushed();
         if born == generation {
             conn.flush_now();
-        }
-    }
-}
-
-async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
-    let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
-    let addr = &config.addr;
-    let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
-    let (stream, unanswered, auth_gen) = match opened {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(err)) => return conn.break_with(&err),
-        Err(_) => {
-            return conn.break_with(&Error::Connection(format!(
-                "Connection to Redis at {addr} timed out after {:?}",
-                config.connect_timeout
-            )));
-        }
-    };
-    let fd = stream.fd();
-    if conn.stream.set(stream).is_err() {
-        return conn.break_with(&Error::Internal("connection opened twice".into()));
-    }
-    {
-        let mut st = lock(&conn.state);
-        if matches!(st.phase, Phase::Broken) {
-            return;
-        }
-        st.phase = Phase::Ready(fd);
-        st.auth_gen = auth_gen;
-        let _ = conn.open.set(config.stats.opened());
-        // Commands queued while connecting had connect + response time; now connected, they
-        // get one response timeout from here (a stalled server costs one timeout, not two).
-        let answer_by = Instant::now() + config.response_timeout;
-        for w in st.waiting.iter_mut() {
-            w.deadline = w.deadline.min(answer_by);
-        }
-        if unanswered > 0 {
-            // The handshake's replies come first: read and dropped.
-            let waiter = Waiter { done: Done::Discard, deadline: answer_by, replay: None };
-            st.waiting.push_front(waiter, Replies::Many(unanswered));
-        }
-        if !st.outbuf.is_empty() {
-            conn.wake_writer.notify_one();
-        }
-    }
-    tokio::spawn(write_loop(Arc::clone(&conn), Arc::clone(addr)));
-    read_loop(conn, Arc::clone(addr), config.response_timeout).await;
-}
-
-async fn write_loop(conn: Arc<Conn>, addr: Arc<str>) {
-    let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&addr));
-    let Some(stream) = conn.stream.get() else { return };
-    loop {
-        conn.wake_writer.notified().await;
-        loop {
-            let chunk = {
-                let mut st = lock(&conn.state);
-                if matches!(st.phase, Phase::Broken) {
-                    return;
-                }
-                if st.outbuf.is_empty() {
-                    st.writing = false;
-                    break;
-                }
-                st.writing = true;
-                std::mem::take(&mut st.outbuf)
-            };
-            if let Err(e) = stream.write_all(&chunk).await {
-                return conn.break_with(&Error::Connection(format!(
-                    "Connection to Redis at {addr} broke: {e}"
-                )));
-            }
-        }
-    }
-}
-
-async fn read_loop(conn: Arc<Conn>, addr: Arc<str>, response_timeout: Duration) {
-    let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&addr));
-    let Some(stream) = conn.stream.get() else { return };
-    loop {
-        // Idle, re-check every quarter timeout: a command written from a caller's thread does
-        // not wake us, so its deadline is noticed at the latest that much late.
-        let deadline = lock(&conn.state)
-            .waiting
-            .front()
-            .map_or_else(|| Instant::now() + response_timeout / 4, |w| w.deadline);
-        let ready = match tokio::time::timeout_at(deadline, stream.ready(Interest::READABLE)).await
-        {
-            Ok(ready) => ready,
-            Err(_) => {
-                let late =
-                    lock(&conn.state).waiting.front().is_some_and(|w| w.deadline <= Instant::now());
-                if late {
-                    return conn.break_with(&Error::Timeout(format!(
-                        "Redis at {addr} did not answer within {response_timeout:?}"
-                    )));
-                }
-                continue;
-            }
-        };
-        if let Err(e) = ready {
-            return conn.break_with(&Error::Connection(format!(
-                "Connection to Redis at {addr} broke: {e}"
-            )));
-        }
-        let outcome = {
-            let mut rs = lock(&conn.reading);
-            let rs = &mut *rs;
-            match stream.try_read(rs.room()) {
-                Ok(0) => Err(Error::Connection(format!(
-                    "Connection to Redis at {addr} was closed by the server"
-                ))),
-                Ok(n) => {
-                    conn.stats.received(n);
-                    rs.advance(n);
-                    conn.absorb(rs)
-                }
-                // A polling caller may have taken the bytes first.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
-                Err(e) => {
-                    Err(Error::Connection(format!("Connection to Redis at {addr} broke: {e}")))
-                }
-            }
-        };
-        if let Err(err) = outcome {
-            return conn.break_with(&err);
         }
     }
 }

@@ -1,0 +1,89 @@
+"""The near cache's pure parts (redoxide.near uses them): which keys a write drops and how to
+find them, a get_many's fill outcomes put in place, what a router recovers from, and the
+server key prefixes a configuration keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from redoxide._near_options import NearCacheConfig
+from redoxide._redoxide import NearCache
+from redoxide.exceptions import (
+    CacheError,
+    ClusterDownError,
+    ConnectionInterrupted,
+    ReadOnlyError,
+    RedirectError,
+    TryAgainError,
+)
+from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
+
+__all__ = ["ROUTER_RECOVERS", "Forget", "Part", "answered", "forgets", "placed", "tracked_prefixes"]
+
+#: What a router recovers from (a slot that moved or is moving, a primary that failed over or
+#: was demoted): a fill on the owner it named that meets one reads through the router instead.
+ROUTER_RECOVERS = (
+    RedirectError,
+    TryAgainError,
+    ClusterDownError,
+    ReadOnlyError,
+    ConnectionInterrupted,
+)
+
+#: How a store finds the tracked keys a write names: in a command's arguments, in a
+#: pipeline's commands, or in a list of keys.
+Forget = Callable[[NearCache, Any], bool]
+
+
+def forgets(call: Call) -> tuple[Forget, Any]:
+    """What a write call drops from the stores: how to find its keys, and where."""
+    first = call.args[0]  # the command, the commands, the key, the keys
+    if isinstance(call, Execute):
+        return NearCache.forget, first
+    if isinstance(call, Pipeline):
+        return NearCache.forget_all, first
+    if isinstance(call, Set):
+        return NearCache.forget_keys, (first,)
+    if isinstance(call, SetMany):
+        return NearCache.forget_keys, first
+    raise TypeError(f"redoxide: {type(call).__name__} is not a write")
+
+
+#: A primary's share of a get_many's fills: positions, keys, fill tokens.
+Part = tuple[list[int], list[Any], list[Any]]
+
+
+def answered(error: CacheError, found: list[Any]) -> None:
+    """Give `error` what did answer (hits, filled keys; None for the others) for every key
+    asked: a fail-open get_many returns those."""
+    error.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
+
+
+def placed(at: list[int], outcome: Any, found: list[Any]) -> list[int]:
+    """Put one primary's fill outcome into `found` at positions `at`; the positions to read
+    through the router instead (the part, or a key, met what a router recovers from).
+    Anything else raises."""
+    if isinstance(outcome, ROUTER_RECOVERS):
+        return at
+    if isinstance(outcome, BaseException):
+        raise outcome
+    again: list[int] = []
+    for i, value in zip(at, outcome, strict=True):
+        if isinstance(value, ROUTER_RECOVERS):
+            again.append(i)
+        elif isinstance(value, BaseException):
+            raise value
+        else:
+            found[i] = value
+    return again
+
+
+def tracked_prefixes(
+    settings: NearCacheConfig, key_prefix: str, version: int, default: bool
+) -> tuple[str, ...]:
+    """The server key prefixes to keep: PREFIXES after KEY_PREFIX and VERSION (the default key
+    function), or as given (a custom KEY_FUNCTION: they then match the server key itself)."""
+    if not default:
+        return settings.prefixes
+    return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
