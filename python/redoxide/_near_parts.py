@@ -57,7 +57,7 @@ Part = tuple[list[int], list[Any], list[Any]]
 def answered(error: CacheError, found: list[Any]) -> None:
     """Give `error` what did answer (hits, filled keys; None for the others) for every key
     asked: a fail-open get_many returns those."""
-    error.partial_values = [v if type(v) is bytes else None for v in found]  # type: ignore[attr-defined]
+    error.partial_values = [v if type(v) is bytes else None for v in found]
 
 
 def placed(at: list[int], outcome: Any, found: list[Any]) -> list[int]:

@@ -29,6 +29,7 @@ from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
 from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
 from redoxide.connection import RawClient
+from redoxide.exceptions import CacheError
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config
@@ -297,7 +298,7 @@ class RedisCache(
         """get_many's fail-open: re-raise unless it covers `exc`; else what did answer (a
         cluster's healthy nodes, when one node failed), or nothing."""
         self._failed(exc, None)
-        partial = getattr(exc, "partial_values", None)
+        partial = exc.partial_values if isinstance(exc, CacheError) else None
         return {} if partial is None else self._decode_many(keys, partial)
 
     # -- plans ---------------------------------------------------------------------------------

@@ -45,6 +45,14 @@ __all__ = [
 class CacheError(Exception):
     """Base class of every redoxide error."""
 
+    #: A get_many that failed part-way (a cluster node, a near-cache fill): the raw values of
+    #: the keys that did answer, in the order asked, None for the others (a fail-open
+    #: get_many returns those); None when nothing answered.
+    partial_values: list[Any] | None = None
+    #: A split call that failed part-way: the replies of the parts that ran, in the order of
+    #: the parts (None where a part did not run); None when none did.
+    partial_replies: list[Any] | None = None
+
 
 class ConnectionInterrupted(CacheError, ConnectionError):
     """The server could not be reached, refused the credentials, or the connection broke."""

@@ -298,7 +298,7 @@ class NearClient(Topology):
                     values = yield self._inner.mget, ([keys[i] for i in routed],)
                 except CacheError as exc:
                     # What the router did read goes into the error's partial values too.
-                    values = getattr(exc, "partial_values", None) or []
+                    values = exc.partial_values or []
                     if len(values) == len(routed):
                         for i, value in zip(routed, values, strict=True):
                             found[i] = value

@@ -30,13 +30,14 @@ from redoxide.topology.commands import (
 from redoxide.topology.parts import (
     MAX_REDIRECTS,
     RETRY_PAUSE,
+    Group,
     Split,
     by_node,
     run_parts,
     send,
     together,
 )
-from redoxide.topology.slots import PrimaryAt, ReplicaOf, SlotMap, Target
+from redoxide.topology.slots import PrimaryAt, Redirect, ReplicaOf, SlotMap, Target
 
 __all__ = ["ClusterRouter"]
 
@@ -110,7 +111,7 @@ class ClusterRouter(Topology):
                 raise exc
             if isinstance(exc, ResponseError):
                 kind, target = slots.redirect(exc, node)
-                if kind == "final" or attempt > MAX_REDIRECTS:
+                if kind is Redirect.FINAL or attempt > MAX_REDIRECTS:
                     raise exc
             elif isinstance(exc, ConnectionInterrupted):
                 # The node is gone: learn the table again; retry if the slot has a new home.
@@ -119,13 +120,13 @@ class ClusterRouter(Topology):
                 target = slots.node_for(slot)
                 if target is node or attempt > MAX_REDIRECTS:
                     raise exc
-                kind = "moved"
+                kind = Redirect.MOVED
             else:
                 raise exc
-            if kind == "ask" and target is not None:
+            if kind is Redirect.ASK and target is not None:
                 asking = (("ASKING",), call.command())
                 return (yield target.pipeline, (asking,))[1]
-            if target is None:  # "again": the slot's owner after a pause and a fresh table
+            if target is None:  # AGAIN: the slot's owner after a pause and a fresh table
                 yield plans.pause, (RETRY_PAUSE,)
                 yield slots.relearn, ()
                 target = slots.node_for(slot)
@@ -219,11 +220,47 @@ class ClusterRouter(Topology):
     def _mget_fast(
         self, table: list[Client], count: int, by_slot: dict[int, list[int]], parts: list[Any]
     ) -> list[Any] | None:
-        """get_many on a settled cluster, blocking: one fan-out, no plan. None if anything
-        was off (a redirect, an error): the caller then takes the general path, which is safe
-        to repeat for reads."""
+        """get_many on a settled cluster, blocking: one fan-out, no plan (see _gathered)."""
         groups = by_node(table, list(by_slot), parts)
         outcomes = send([(node, commands) for node, _, commands in groups.values()])
+        return self._gathered(groups, outcomes, count, by_slot)
+
+    async def _amget_fast(
+        self,
+        table: list[Client],
+        count: int,
+        by_slot: dict[int, list[int]],
+        parts: list[Any],
+        bridge: Bridge,
+    ) -> list[Any]:
+        """_mget_fast with awaits (every node's request sent before the first wait), and the
+        general path when it answers None."""
+        groups = by_node(table, list(by_slot), parts)
+        pending = [node.pipeline_results(cmds, bridge) for node, _, cmds in groups.values()]
+        together(pending)
+        outcomes: list[Any] = []
+        for waiting in pending:
+            try:
+                outcomes.append(await waiting)
+            except CacheError as exc:
+                outcomes.append(exc)
+        values = self._gathered(groups, outcomes, count, by_slot)
+        if values is not None:
+            return values
+        plan = run_parts(self.slots, parts, list(by_slot))
+        return await self._amget_parts(plan, count, by_slot, bridge)
+
+    def _gathered(
+        self,
+        groups: dict[int, Group],
+        outcomes: list[Any],
+        count: int,
+        by_slot: dict[int, list[int]],
+    ) -> list[Any] | None:
+        """The one contract of both fast paths: every key's value in order, from each node's
+        outcome (its replies, or the error it raised); None if anything was off (a redirect,
+        an error), and the caller takes the general path, which is safe to repeat for reads;
+        a timeout raises at once (the time is spent), carrying the other nodes' values."""
         values: list[Any] = [None] * count
         clean = True
         timed_out: CacheTimeout | None = None
@@ -242,49 +279,8 @@ class ClusterRouter(Topology):
                 for i, value in zip(by_slot[slot], reply, strict=True):
                     values[i] = value
         if timed_out is not None:
-            # The time is spent: no second try. The other nodes' values go with the error.
             raise with_values(timed_out, values)
         return values if clean else None
-
-    async def _amget_fast(
-        self,
-        table: list[Client],
-        count: int,
-        by_slot: dict[int, list[int]],
-        parts: list[Any],
-        bridge: Bridge,
-    ) -> list[Any]:
-        """_mget_fast with awaits (every node's request sent before the first wait); anything
-        off and the general path runs the whole read again."""
-        groups = by_node(table, list(by_slot), parts)
-        pending = [node.pipeline_results(cmds, bridge) for node, _, cmds in groups.values()]
-        together(pending)
-        values: list[Any] = [None] * count
-        clean = True
-        timed_out: CacheTimeout | None = None
-        for (node, slots, _), waiting in zip(groups.values(), pending, strict=True):
-            try:
-                outcome = await waiting
-            except CacheTimeout as exc:
-                self.slots.failed(node)
-                timed_out = timed_out or exc
-                continue
-            except CacheError:
-                clean = False
-                continue
-            for slot, reply in zip(slots, outcome, strict=True):
-                if not isinstance(reply, list):
-                    clean = False
-                    break
-                for i, value in zip(by_slot[slot], reply, strict=True):
-                    values[i] = value
-        if timed_out is not None:
-            # The time is spent: no second try. The other nodes' values go with the error.
-            raise with_values(timed_out, values)
-        if clean:
-            return values
-        plan = run_parts(self.slots, parts, list(by_slot))
-        return await self._amget_parts(plan, count, by_slot, bridge)
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
@@ -380,13 +376,14 @@ def _first(replies: list[Any]) -> Any:
 def with_values(error: BaseException, values: list[Any]) -> BaseException:
     """`error`, carrying the values of the keys whose nodes did answer (None for the others):
     a fail-open get_many returns those instead of nothing."""
-    error.partial_values = values  # type: ignore[attr-defined]
+    if isinstance(error, CacheError):
+        error.partial_values = values
     return error
 
 
 def _partial_mget(error: BaseException, count: int, by_slot: dict[int, list[int]]) -> None:
     """Give `error` from run_parts get_many's values, from the replies of the parts that ran."""
-    replies = getattr(error, "partial_replies", None)
+    replies = error.partial_replies if isinstance(error, CacheError) else None
     if replies is not None:
         values: list[Any] = [None] * count
         for positions, reply in zip(by_slot.values(), replies, strict=True):

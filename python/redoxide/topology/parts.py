@@ -17,7 +17,7 @@ from redoxide import _redoxide
 from redoxide._redoxide import Bridge, Client
 from redoxide.exceptions import CacheError, CacheTimeout, ResponseError
 from redoxide.plans import Plan, pause
-from redoxide.topology.slots import ReplicaOf, SlotMap, Target
+from redoxide.topology.slots import Redirect, ReplicaOf, SlotMap, Target
 
 __all__ = [
     "MAX_REDIRECTS",
@@ -147,13 +147,13 @@ def _settle(
         if isinstance(reply, ResponseError):
             last_error[i] = reply
             kind, target = slots.redirect(reply, node)
-            if kind == "ask" and target is not None:
+            if kind is Redirect.ASK and target is not None:
                 asking[i] = target
                 round_.retry.append(i)
                 continue
-            if kind in ("moved", "again"):
+            if kind in (Redirect.MOVED, Redirect.AGAIN):
                 asking.pop(i, None)
-                round_.wait = round_.wait or kind == "again"
+                round_.wait = round_.wait or kind is Redirect.AGAIN
                 round_.retry.append(i)
                 continue
         replies[i] = reply
@@ -163,7 +163,8 @@ def _settle(
 def with_partial(error: BaseException, replies: list[Any]) -> BaseException:
     """`error`, carrying the replies the parts that did run got (None where a part did not),
     for a caller that can use some of them (a fail-open get_many)."""
-    error.partial_replies = list(replies)  # type: ignore[attr-defined]
+    if isinstance(error, CacheError):
+        error.partial_replies = list(replies)
     return error
 
 

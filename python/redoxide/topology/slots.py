@@ -8,6 +8,7 @@ like, which a failover hands to the promoted replica in the same place).
 
 from __future__ import annotations
 
+import enum
 import itertools
 import time
 from typing import Any
@@ -31,7 +32,22 @@ from redoxide.topology.health import ReplicaHealth
 from redoxide.topology.nodes import discovery_budget, node_client, split_address
 from redoxide.topology.sentinel import MIN_REFRESH_INTERVAL
 
-__all__ = ["SCAN_TABLE_AGE", "PrimaryAt", "ReplicaOf", "SlotMap", "Target"]
+__all__ = ["SCAN_TABLE_AGE", "PrimaryAt", "Redirect", "ReplicaOf", "SlotMap", "Target"]
+
+
+class Redirect(enum.Enum):
+    """What an error reply on a single-slot command tells a cluster router to do."""
+
+    #: The slot lives elsewhere now: send it there (the slot table is updated at once).
+    MOVED = "moved"
+    #: The slot is migrating and this key is on the target already: ASKING, then the command.
+    ASK = "ask"
+    #: The cluster is mid-change (TRYAGAIN, CLUSTERDOWN, a demoted primary): again after a
+    #: pause and a fresh table.
+    AGAIN = "again"
+    #: Nothing to follow: the reply is the answer (raise it).
+    FINAL = "final"
+
 
 #: A key scan (keys, iter_keys, delete_pattern, clear) re-reads an older slot table first.
 SCAN_TABLE_AGE = 1.0
@@ -240,26 +256,26 @@ class SlotMap:
             return self.replica_for(target.slot) or self.known_table()[target.slot]
         return self.primaries[target.index % len(self.primaries)]
 
-    def redirect(self, exc: ResponseError, node: Client) -> tuple[str, Client | None]:
-        """Classify an error reply: ("moved"|"ask", target node), ("again", None) or
-        ("final", None)."""
+    def redirect(self, exc: ResponseError, node: Client) -> tuple[Redirect, Client | None]:
+        """Classify an error reply: (MOVED or ASK, the target node), (AGAIN, None) or
+        (FINAL, None)."""
         if isinstance(exc, RedirectError):
             found = split_address(exc.address)
             if found is None:
-                return "final", None
+                return Redirect.FINAL, None
             host, port = found
             if host in ("", "?"):  # the node does not know its own host name: the asked one
                 asked = split_address(node.address)
                 host = asked[0] if asked else ""
             target = node_client(self._config, host, port)
             if not isinstance(exc, MovedError):
-                return "ask", target
+                return Redirect.ASK, target
             # The slot moved: use the new owner now, re-learn the whole table soon.
             if self.table is not None and 0 <= exc.slot < len(self.table):
                 self.table[exc.slot] = target
             self.suspect = True
-            return "moved", target
+            return Redirect.MOVED, target
         if isinstance(exc, _AGAIN):
             self.suspect = True
-            return "again", None
-        return "final", None
+            return Redirect.AGAIN, None
+        return Redirect.FINAL, None
