@@ -56,7 +56,7 @@ emu "$venv/bin/python" -c 'import django, redoxide, importlib.metadata as m; pri
 
 # Emulated code runs several times slower: the suite's per-test timeout grows to match.
 # pytest-xdist cannot start workers here (see above); ARM64_SHARDS=n runs the suite as n emulated
-# process per core, each taking every n-th test and a port slice of its own (REDOXIDE_SHARD,
+# processes side by side, each taking every n-th test and a port slice of its own (REDOXIDE_SHARD,
 # tests/support/servers.py); each prints its report when all have ended.
 shards=${ARM64_SHARDS:-1}
 pids=()
