@@ -32,10 +32,10 @@ from redoxide.topology.parts import (
     RETRY_PAUSE,
     Group,
     Split,
+    asend,
     by_node,
     run_parts,
     send,
-    together,
 )
 from redoxide.topology.slots import PrimaryAt, Redirect, ReplicaOf, SlotMap, Target
 
@@ -236,14 +236,7 @@ class ClusterRouter(Topology):
         """_mget_fast with awaits (every node's request sent before the first wait), and the
         general path when it answers None."""
         groups = by_node(table, list(by_slot), parts)
-        pending = [node.pipeline_results(cmds, bridge) for node, _, cmds in groups.values()]
-        together(pending)
-        outcomes: list[Any] = []
-        for waiting in pending:
-            try:
-                outcomes.append(await waiting)
-            except CacheError as exc:
-                outcomes.append(exc)
+        outcomes = await asend([(node, cmds) for node, _, cmds in groups.values()], bridge)
         values = self._gathered(groups, outcomes, count, by_slot)
         if values is not None:
             return values

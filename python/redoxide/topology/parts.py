@@ -22,7 +22,9 @@ from redoxide.topology.slots import Redirect, ReplicaOf, SlotMap, Target
 __all__ = [
     "MAX_REDIRECTS",
     "RETRY_PAUSE",
+    "Group",
     "Split",
+    "asend",
     "by_node",
     "run_parts",
     "send",
@@ -51,7 +53,7 @@ def send(calls: list[tuple[Client, list[Part]]], bridge: Bridge | None = None) -
     """A step: run one pipeline per node, all at once; return each node's replies (error
     replies as ResponseError instances) or the exception that failed it as a whole."""
     if bridge is not None:
-        return _asend(calls, bridge)
+        return asend(calls, bridge)
     if len(calls) == 1:
         node, commands = calls[0]
         try:
@@ -61,7 +63,7 @@ def send(calls: list[tuple[Client, list[Part]]], bridge: Bridge | None = None) -
     return _redoxide.fanout(calls)
 
 
-async def _asend(calls: list[tuple[Client, list[Part]]], bridge: Bridge) -> list[Any]:
+async def asend(calls: list[tuple[Client, list[Part]]], bridge: Bridge) -> list[Any]:
     pending = [node.pipeline_results(commands, bridge) for node, commands in calls]
     together(pending)
     outcomes: list[Any] = []
