@@ -99,6 +99,13 @@ class NameMatcher:
         """The shape in words: ``site:{version}:{key}``."""
         return "".join(self.shape)
 
+    @property
+    def versioned(self) -> bool:
+        """Whether the names hold the version apart from the key. Without it (a key function
+        that leaves the version out, or hashes it with the key), every name of the glob may be
+        this cache's, whoever wrote it: ``site:lock`` is the name of its key ``lock``."""
+        return VERSION in self.shape
+
 
 def name_matcher(
     key_func: Callable[..., str], prefix: str, version: Any, *, refuse: bool = True

@@ -6,7 +6,7 @@
   building the cache would refuse (E001-E004), a CLEAR_PREFIX_ONLY that clear() cannot
   keep (E005), and a SERIALIZER that writes a digit string as the raw digits a read takes
   for an int, with no COMPRESSOR to store it compressed (W007).
-- ``manage.py check --deploy``: settings that are risky in production (W001-W006).
+- ``manage.py check --deploy``: settings that are risky in production (W001-W008).
 - ``manage.py check --tag redoxide_connectivity``: every node of every redoxide cache answers
   PING within the cache's timeouts (E010, E011). Like Django's database checks, which need
   ``--database``, it never runs unless asked: not before runserver or migrate, nor in a plain
@@ -79,6 +79,9 @@ _HINTS = {
     "digits are read as an int before the serializer is asked. Make the serializer write such "
     "values in a form of its own (a prefix, quotes), as pickle, JSON and MessagePack do, or "
     "set a COMPRESSOR (such values are then stored compressed).",
+    "W008": "Keep the version in the names KEY_FUNCTION makes, apart from the key (e.g. "
+    '"{prefix}:{version}:" + hash of the key), or give the cache a database or a KEY_PREFIX '
+    "no other writer uses.",
 }
 
 
@@ -322,6 +325,27 @@ def _probed_name(mine: NameMatcher, entry: Any) -> str | None:
     return None
 
 
+def unversioned_clear(alias: str) -> str | None:
+    """The glob a CLEAR_PREFIX_ONLY clear() deletes when the cache's names hold no version
+    apart from the key (redoxide.W008): every name of it may be the cache's, so a key another
+    writer puts under the prefix goes too. None when the names hold a version, or none found."""
+    mine = _matcher_of(_caches().get(alias), clearing=True)
+    return None if mine is None or mine.versioned else mine.glob
+
+
+def _unversioned_warnings(configs: list[tuple[str, Config]]) -> Iterator[Warning]:
+    for alias, config in configs:
+        glob = unversioned_clear(alias) if config.behaviour.clear_prefix_only else None
+        if glob is not None:
+            yield _warning(
+                "W008",
+                alias,
+                f"its clear() (CLEAR_PREFIX_ONLY) deletes every name matching {glob!r}: the "
+                "names its KEY_FUNCTION makes hold no version apart from the key, so any name "
+                "there may be one of its keys, and keys another writer puts there go too.",
+            )
+
+
 def shared_names(alias: str, clearing: bool) -> list[tuple[str, str, str]]:
     """Other caches in CACHES, on this redoxide cache's database, that make names this one
     takes for its own: (their alias, their names' shape, a name of both), for clear() under
@@ -378,6 +402,7 @@ def check_deployment(
         messages.extend(_deployment_warnings(alias, config))
     messages.extend(_shared_database_warnings(configs))
     messages.extend(_shared_name_warnings(configs))
+    messages.extend(_unversioned_warnings(configs))
     return messages
 
 

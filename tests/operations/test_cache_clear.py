@@ -161,3 +161,27 @@ def test_prefix_only_needs_yes_when_another_caches_names_are_of_its_shape(
 
     assert run("cache_clear", "--prefix-only", "--yes").code == 0
     assert raw_keys(redis_client) == []
+
+
+def versionless(key: Any, key_prefix: str, version: Any) -> str:
+    return f"{key_prefix}:{key}"
+
+
+def test_prefix_only_needs_yes_when_the_names_hold_no_version(
+    project: Use, server_cache: dict[str, Any], redis_client: Any
+) -> None:
+    # Its names are "site:<key>": another writer's "site:lock" is of that shape too.
+    entry = {**server_cache, "KEY_PREFIX": "site", "KEY_FUNCTION": f"{__name__}.versionless"}
+    project({"default": {**entry, "OPTIONS": {"CLEAR_PREFIX_ONLY": True}}})
+    caches["default"].set("a", 1)
+    redis_client.set("site:lock", "held by another writer")
+    redis_client.set("other", "x")
+    before = raw_keys(redis_client)
+    for args in (["--prefix-only"], []):
+        outcome = run("cache_clear", *args)
+        assert outcome.code == 2, args
+        assert "'site:*'" in outcome.err and "redoxide.W008" in outcome.err
+        assert raw_keys(redis_client) == before
+
+    assert run("cache_clear", "--yes").code == 0
+    assert raw_keys(redis_client) == ["other"]

@@ -4,6 +4,7 @@ connectivity check, which runs only when its tag is asked, against servers up an
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from collections.abc import Callable
@@ -291,6 +292,35 @@ def test_deploy_warns_when_a_cache_of_the_same_names_is_beside_one_that_clears_i
 
 def version_first(key: Any, key_prefix: str, version: Any) -> str:
     return f"{version}:{key_prefix}:{key}"
+
+
+def versionless(key: Any, key_prefix: str, version: Any) -> str:
+    return f"{key_prefix}:{key}"
+
+
+def hashed_with_version(key: Any, key_prefix: str, version: Any) -> str:
+    return f"{key_prefix}:{hashlib.sha1(f'{version}:{key}'.encode()).hexdigest()}"
+
+
+@pytest.mark.parametrize("key_function", [versionless, hashed_with_version])
+def test_deploy_warns_when_clear_prefix_only_cannot_tell_its_names_from_anothers(
+    project: Use, key_function: Any
+) -> None:
+    # Names with no version apart from the key: "site:lock" may be this cache's key "lock".
+    function = f"{__name__}.{key_function.__name__}"
+    project(
+        {
+            "site": {**prefixed("site", CLEAR_PREFIX_ONLY=True), "KEY_FUNCTION": function},
+            "kept": {**prefixed("kept"), "KEY_FUNCTION": function},  # clear() flushes: no W008
+            "layout": prefixed("shop", "redis://:pw@127.0.0.1:6379/1", CLEAR_PREFIX_ONLY=True),
+        }
+    )
+    [warning] = [m for m in check_deployment() if m.id == "redoxide.W008"]
+    assert warning.msg.startswith("CACHES['site']: its clear() (CLEAR_PREFIX_ONLY) deletes ")
+    assert "'site:*'" in warning.msg
+
+    outcome = run("check", "--deploy", tags=["redoxide"], fail_level="WARNING")
+    assert outcome.code == 1 and "redoxide.W008" in outcome.err
 
 
 def test_deployment_warnings_need_deploy(project: Use) -> None:

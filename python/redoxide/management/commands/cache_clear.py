@@ -6,7 +6,9 @@ without --yes.
 The filters delete only names of the cache's own shape (``KEY_PREFIX:VERSION:key``, or its
 KEY_FUNCTION's), which need no --yes, unless another cache in CACHES on the same database makes
 names of that shape too (KEY_PREFIX "site" beside "site:1", say: redoxide.W006): its keys
-would go as well, so that too is refused without --yes, naming it."""
+would go as well, so that too is refused without --yes, naming it. So is a prefix clear of a
+cache whose KEY_FUNCTION keeps no version apart from the key (redoxide.W008): every name under
+its prefix may be its own, so another writer's keys there would go too."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from redoxide.checks import shared_names
+from redoxide.checks import shared_names, unversioned_clear
 from redoxide.management.base import CacheCommand, Target, refuse, resolve
 from redoxide.topology.kinds import kind_of
 
@@ -106,6 +108,13 @@ class Command(CacheCommand):
 def _refuse_shared(target: Target, clearing: bool, yes: bool, how: str) -> None:
     """Refuse, unless --yes, to delete by this cache's shape where another cache's names can
     be of that shape too (what check --deploy reports as redoxide.W006)."""
+    glob = unversioned_clear(target.alias) if clearing else None
+    if glob is not None and not yes:
+        raise refuse(
+            f"Clearing {target.alias!r} with {how} deletes every name matching {glob!r}: its "
+            "KEY_FUNCTION's names hold no version apart from the key, so keys another writer "
+            "puts there would go as well. Pass --yes to do it anyway (redoxide.W008)."
+        )
     shared = shared_names(target.alias, clearing)
     if shared and not yes:
         others = ", ".join(f"CACHES[{other!r}] ({name!r}, say)" for other, _, name in shared)
