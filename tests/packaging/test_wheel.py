@@ -14,6 +14,7 @@ import glob
 import importlib.util
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -30,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 1200  # a clean release build with fat LTO takes minutes on 2 cores
 # The oldest glibc the wheel may need: manylinux2014 is glibc 2.17.
 MANYLINUX = "manylinux2014"
+# This machine's wheel: dist/ may also hold another architecture's (CI builds the aarch64 wheel
+# beside the suite), which must not be taken for it.
+MACHINE = platform.machine()
 MAX_GLIBC_MINOR = 17
 
 # Whichever test first asks for the module's wheel builds it, within its own timeout: each test
@@ -188,7 +192,7 @@ def _run_build(cmd: list[str], out: Path, pattern: str) -> Path:
 def wheel() -> Path:
     """Return the manylinux2014 abi3 wheel, built as `make wheel` builds it if dist/ has no
     fresh one."""
-    pattern = f"redoxide-*-abi3-{MANYLINUX}_*.whl"
+    pattern = f"redoxide-*-abi3-{MANYLINUX}_{MACHINE}*.whl"
     found = _fresh(pattern)
     if found is not None:
         return found
@@ -284,7 +288,7 @@ def _check_serves_the_cache(python: Path, env_dir: Path) -> dict[str, object]:
 
 def test_wheel_is_abi3_and_manylinux2014_by_auditwheel(wheel: Path) -> None:
     assert "-cp310-abi3-" in wheel.name, f"{wheel.name} is not an abi3 wheel for CPython 3.10+"
-    assert f"{MANYLINUX}_x86_64" in wheel.name, wheel.name
+    assert f"{MANYLINUX}_{MACHINE}" in wheel.name, wheel.name
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     for expected in ("redoxide/__init__.py", "redoxide/py.typed", "redoxide/_redoxide.pyi"):
@@ -298,7 +302,8 @@ def test_wheel_is_abi3_and_manylinux2014_by_auditwheel(wheel: Path) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
-    tag = re.search(r'consistent with the following platform tag: "manylinux_2_(\d+)_x86_64"', text)
+    platform_tag = r'consistent with the following platform tag: "manylinux_2_(\d+)_'
+    tag = re.search(platform_tag + MACHINE + '"', text)
     assert tag, shown.stdout
     assert int(tag.group(1)) <= MAX_GLIBC_MINOR, shown.stdout
 
