@@ -113,6 +113,11 @@ build() {
     if [[ -f $root/.sid-root.stamp ]] && [[ $(cat "$root/.sid-root.stamp") == "$want" ]]; then
         return 0
     fi
+    # One build at a time reads and fills the shared lists and .debs (CI builds two roots at
+    # once, and this apt configuration takes no locks of its own).
+    mkdir -p "$cache"
+    exec 8>"$cache/.build.lock"
+    flock 8
     apt_conf
     refresh_lists
     # Which packages an install of "$@" needs on an empty system (a simulation: nothing installs).
