@@ -14,7 +14,7 @@ Rust client of one server, whose answers the functions below give.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, Protocol, overload
+from typing import Any, Protocol, overload, runtime_checkable
 
 from redoxide._redoxide import Bridge, Client
 
@@ -22,6 +22,7 @@ __all__ = [
     "Arg",
     "ClientLike",
     "Command",
+    "KeepsErrors",
     "Topology",
     "owner",
     "primaries",
@@ -97,6 +98,22 @@ class ClientLike(Protocol):
     def pipeline(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
     @overload
     def pipeline(self, commands: Iterable[Command], bridge: Bridge) -> Awaitable[list[Any]]: ...
+
+
+@runtime_checkable
+class KeepsErrors(Protocol):
+    """A client whose pipeline can return error replies in their places (``pipeline_results``,
+    a failed round trip still raising): the Rust client, and what forwards it to the node a
+    transaction runs on (the replicas' and Sentinel's routers, the near cache and the traced
+    client over one of them). A cluster's router has none: no transaction spans its primaries.
+    """
+
+    @overload
+    def pipeline_results(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
+    @overload
+    def pipeline_results(
+        self, commands: Iterable[Command], bridge: Bridge
+    ) -> Awaitable[list[Any]]: ...
 
 
 class Topology:

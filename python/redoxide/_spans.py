@@ -14,6 +14,7 @@ from redoxide._protocols import Topology, owner, primaries, reads_client, spans_
 from redoxide.connection import RawClient
 from redoxide.exceptions import ConfigurationError
 from redoxide.lock import AsyncLock, Lock
+from redoxide.topology.calls import keeping_errors
 from redoxide.topology.commands import command_name, first_key
 from redoxide.topology.kinds import kind_of
 
@@ -292,8 +293,9 @@ class TracedClient(Topology):
         return self._batch(commands, self._inner.pipeline, bridge)
 
     def pipeline_results(self, commands: Iterable[Any], bridge: Any = None) -> Any:
-        """The Rust client's pipeline that returns error replies in their places."""
-        return self._batch(commands, self._inner.pipeline_results, bridge)
+        """The inner client's pipeline that returns error replies in their places (a
+        transaction's refusal raising inside the span, as from ``pipeline``)."""
+        return self._batch(commands, keeping_errors(self._inner), bridge)
 
     def _batch(self, commands: Iterable[Any], send: Callable[..., Any], bridge: Any) -> Any:
         commands = [tuple(command) for command in commands]

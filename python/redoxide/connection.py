@@ -19,11 +19,18 @@ from typing import Any, Literal, overload
 
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
-from redoxide._protocols import Arg, ClientLike, Topology, reads_client, spans_primaries
+from redoxide._protocols import (
+    Arg,
+    ClientLike,
+    KeepsErrors,
+    Topology,
+    reads_client,
+    spans_primaries,
+)
 from redoxide._raw_args import encoded, scan_command
 from redoxide._raw_commands import Commands, Convert, Key, Value, as_is
-from redoxide._redoxide import Client
 from redoxide.exceptions import ResponseError
+from redoxide.topology.calls import raise_refused
 
 __all__ = ["Connection", "Pipeline", "RawClient", "get_redis_connection", "reads_client"]
 
@@ -283,21 +290,24 @@ class Pipeline(Commands["Pipeline"]):
         """Send the queued commands in one round trip; return their replies, in order.
 
         An error reply raises ``ResponseError`` (the first one, once every command has run);
-        with ``raise_on_error=False`` it is returned in its command's place instead. In a
-        transaction, a command the server refused to queue raises either way (nothing ran),
-        and so, for now, does an error reply inside EXEC's (the core raises it). A router
-        (replicas, Sentinel, a cluster, the near cache) has no pipeline that keeps error
-        replies: there, ``raise_on_error=False`` sends one command at a time, in order.
+        with ``raise_on_error=False`` it is returned in its command's place instead, on every
+        topology and with the near cache or tracing on. A transaction runs on one node (the
+        primary; on a cluster there is none, see ``pipeline()``), in one round trip there. In
+        it, a command the server refused to queue raises either way (nothing ran); an error
+        reply inside EXEC's (a queued command that failed as it ran) is returned in place.
+        Outside a transaction a router (replicas, Sentinel, a cluster, the near cache) sends
+        the commands one at a time, in order, each routed on its own.
         """
         queued, commands = self._take()
         if not commands:
             return self._finish(queued, [], raise_on_error)
         client = self._client
-        if not raise_on_error and isinstance(client, Client):
-            replies = client.pipeline_results(commands)
+        keeping = None if raise_on_error else _keeping(client, self._transaction)
+        if keeping is not None:
+            replies = keeping.pipeline_results(commands)
         elif raise_on_error or self._transaction:
             replies = client.pipeline(commands)
-        else:  # a router has no pipeline_results: one command at a time, in order
+        else:  # a router's plain pipeline: one command at a time, in order
             replies = [_reply_or_error(client, command) for command in commands]
         return self._finish(queued, replies, raise_on_error)
 
@@ -307,8 +317,9 @@ class Pipeline(Commands["Pipeline"]):
         if not commands:
             return self._finish(queued, [], raise_on_error)
         client, bridge = self._client, _bridge()
-        if not raise_on_error and isinstance(client, Client):
-            replies = await client.pipeline_results(commands, bridge)
+        keeping = None if raise_on_error else _keeping(client, self._transaction)
+        if keeping is not None:
+            replies = await keeping.pipeline_results(commands, bridge)
         elif raise_on_error or self._transaction:
             replies = await client.pipeline(commands, bridge)
         else:
@@ -316,13 +327,20 @@ class Pipeline(Commands["Pipeline"]):
         return self._finish(queued, replies, raise_on_error)
 
 
+def _keeping(client: ClientLike, transaction: bool) -> KeepsErrors | None:
+    """The client to send a ``raise_on_error=False`` pipeline through in one round trip, error
+    replies kept in their places, if any: for a transaction, whatever offers
+    ``pipeline_results`` (one server's client; a router, near cache or traced client forwards
+    it to the node the transaction runs on); for a plain pipeline, one server's client only."""
+    if not isinstance(client, KeepsErrors):
+        return None
+    return client if transaction or not isinstance(client, Topology) else None
+
+
 def _exec_replies(replies: list[Any]) -> list[Any]:
     """EXEC's list, from the replies to MULTI, the queued commands and EXEC: a command the
     server refused to queue aborted the transaction, and raises (as in redis-py)."""
-    for reply in replies[1:]:
-        if isinstance(reply, BaseException):
-            raise reply
-    return list(replies[-1])
+    return list(raise_refused(replies)[-1])
 
 
 def _reply_or_error(client: ClientLike, command: tuple[Arg, ...]) -> Any:

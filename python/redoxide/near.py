@@ -50,7 +50,7 @@ from redoxide.exceptions import (
 )
 from redoxide.plans import Plan
 from redoxide.topology.base import ReadClient
-from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
+from redoxide.topology.calls import Call, Execute, Pipeline, PipelineResults, Set, SetMany
 from redoxide.topology.parts import together
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
@@ -435,6 +435,10 @@ class NearClient(Topology):
 
     def pipeline(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
         return self._write(Pipeline(list(commands)), bridge)
+
+    def pipeline_results(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+        """The inner client's pipeline_results (not a cluster's: it has none), as a write."""
+        return self._write(PipelineResults(list(commands)), bridge)
 
     def set(
         self,

@@ -53,22 +53,28 @@ pub fn to_py(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
 }
 
 /// Convert a pipeline's replies into a list in which an error reply is a `ResponseError`
-/// instance (not raised), so a caller can retry just the commands that failed.
+/// instance (not raised), so a caller can retry just the commands that failed. Errors nested
+/// in a reply stay in place too, as redis-py leaves them: EXEC's reply holds one per queued
+/// command that failed, beside the others' results.
 pub fn to_py_results(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
     match reply {
-        Value::Array(items) => {
-            let list = PyList::empty(py);
-            for item in items {
-                let converted = match item {
-                    Value::ServerError(err) => {
-                        PyErr::from(reply_error(&err)).into_value(py).into_any()
-                    }
-                    other => to_py(py, other)?,
-                };
-                list.append(converted)?;
-            }
-            Ok(list.into_any().unbind())
-        }
+        Value::Array(items) => in_place_list(py, items),
+        other => to_py(py, other),
+    }
+}
+
+fn in_place_list(py: Python<'_>, items: Vec<Value>) -> PyResult<Py<PyAny>> {
+    let list = PyList::empty(py);
+    for item in items {
+        list.append(in_place(py, item)?)?;
+    }
+    Ok(list.into_any().unbind())
+}
+
+fn in_place(py: Python<'_>, reply: Reply) -> PyResult<Py<PyAny>> {
+    match reply {
+        Value::ServerError(err) => Ok(PyErr::from(reply_error(&err)).into_value(py).into_any()),
+        Value::Array(items) | Value::Set(items) => in_place_list(py, items),
         other => to_py(py, other),
     }
 }

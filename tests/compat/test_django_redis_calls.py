@@ -21,7 +21,7 @@ from django.utils.module_loading import import_string
 from redoxide import get_redis_connection
 from redoxide.exceptions import ConfigurationError, DataError, ResponseError
 from redoxide.options import parse_location
-from support.backend import build_cache, is_redoxide
+from support.backend import is_redoxide
 from support.dispatch import Ops
 from support.servers import RedisServer, commands_sent
 
@@ -393,105 +393,6 @@ def test_pipeline_error_reply_raises_and_empties_the_queue(caches_on: Any, mode:
                 pipe.execute()
         assert len(pipe) == 0
     assert conn.get("t") == b"text"
-
-
-def queue_with_errors(pipe: Any) -> Any:
-    """Commands of which two fail on the server (INCR of text, LPUSH on a string)."""
-    pipe.set("t", "text").incr("t").get("t").lpush("t", "x").hset("h", "f", 1)
-    return pipe.zadd("z", {"m": 1}, incr=True).mget([]).hgetall("h").getdel("t")
-
-
-def same_replies(ours: list[Any], theirs: list[Any]) -> bool:
-    """Equal replies, and an error reply where redis-py has one, with its message."""
-    import redis
-
-    if len(ours) != len(theirs):
-        return False
-    for mine, their in zip(ours, theirs, strict=True):
-        if isinstance(their, redis.exceptions.ResponseError):
-            if not (isinstance(mine, ResponseError) and str(their) in str(mine)):
-                return False
-        elif mine != their:
-            return False
-    return True
-
-
-@pytest.mark.parametrize("on", ["one server", "replicas"])
-def test_pipeline_raise_on_error_false_returns_errors_in_place(
-    caches_on: Any,
-    redis_server: RedisServer,
-    redis_client: Any,
-    replica_set: tuple[RedisServer, list[RedisServer]],
-    mode: str,
-    on: str,
-) -> None:
-    import redis
-
-    if on == "one server":
-        conn, server, client = get_redis_connection(), redis_server, redis_client
-    else:  # a router: its commands go one at a time, in order
-        primary, replicas = replica_set
-        conn = build_cache([primary.url] + [r.url for r in replicas], {}).client.get_client()
-        server, client = primary, redis.Redis(host="127.0.0.1", port=primary.port)
-    server.flushall()
-    theirs = queue_with_errors(client.pipeline(transaction=False)).execute(raise_on_error=False)
-    their_keys = {key: client.dump(key) for key in client.keys("*")}
-    server.flushall()
-    pipe = queue_with_errors(conn.pipeline(transaction=False))
-    if mode == "async":
-        ours = asyncio.run(pipe.aexecute(raise_on_error=False))
-    else:
-        ours = pipe.execute(raise_on_error=False)
-    assert same_replies(ours, theirs), (ours, theirs)
-    assert {key: client.dump(key) for key in client.keys("*")} == their_keys
-    assert len(pipe) == 0
-    # Without it the first error raises, once every command has run.
-    server.flushall()
-    with pytest.raises(ResponseError, match="not an integer"):
-        queue_with_errors(conn.pipeline(transaction=False)).execute()
-    assert client.hgetall("h") == {b"f": b"1"}
-    if client is not redis_client:
-        client.close()
-
-
-def test_transaction_raise_on_error_false_without_errors(caches_on: Any, mode: str) -> None:
-    pipe = get_redis_connection().pipeline()
-    pipe.set("a", 1).incr("a").mget([]).mget("a", "b")
-    run = pipe.aexecute if mode == "async" else None
-    replies = asyncio.run(run(raise_on_error=False)) if run else pipe.execute(raise_on_error=False)
-    assert replies == [True, 2, [], [b"2", None]]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core raises an error reply found inside EXEC's reply (reply::to_py_results "
-    "keeps only top-level errors in place); the Python side is ready for it",
-)
-def test_transaction_raise_on_error_false_returns_errors_in_place(
-    caches_on: Any, redis_server: RedisServer, redis_client: Any
-) -> None:
-    theirs = queue_with_errors(redis_client.pipeline()).execute(raise_on_error=False)
-    redis_server.flushall()
-    ours = queue_with_errors(get_redis_connection().pipeline()).execute(raise_on_error=False)
-    assert same_replies(ours, theirs), (ours, theirs)
-
-
-def test_transaction_queuing_error_raises_even_with_raise_on_error_false(
-    caches_on: Any, redis_client: Any
-) -> None:
-    # A command the server refuses to queue aborts the whole transaction: redis-py raises it
-    # whatever raise_on_error says, and nothing runs.
-    import redis
-
-    for client, error in (
-        (redis_client, redis.exceptions.ResponseError),
-        (get_redis_connection(), ResponseError),
-    ):
-        pipe = client.pipeline()
-        pipe.set("a", 1).execute_command("INCR")
-        with pytest.raises(error, match="wrong number of arguments"):
-            pipe.execute(raise_on_error=False)
-        assert client.get("a") is None
 
 
 def test_pipeline_refuses_what_redis_py_refuses_at_execute_and_sends_nothing(

@@ -234,6 +234,35 @@ def test_raw_client_commands_and_pipelines_make_spans(
         assert "db.query.text" not in attributes  # keys only with TRACING_KEYS
 
 
+def test_raw_pipelines_keep_their_spans_with_raise_on_error_false(
+    make_cache: Any, spans: InMemorySpanExporter, mode: str
+) -> None:
+    conn = make_cache(TRACING=True).client.get_client()
+
+    def run(pipe: Any) -> list[Any]:
+        if mode == "async":
+            return asyncio.run(pipe.aexecute(raise_on_error=False))
+        return pipe.execute(raise_on_error=False)
+
+    # A transaction is one span, and one the server refused to queue fails inside it.
+    assert run(conn.pipeline().set("a", 1).incr("a")) == [True, 2]
+    with pytest.raises(ResponseError, match="wrong number of arguments"):
+        run(conn.pipeline().set("a", 1).execute_command("INCR"))
+    # A plain pipeline through a traced client goes one command (one span) at a time.
+    replies = run(conn.pipeline(transaction=False).set("t", "x").incr("t"))
+    assert replies[0] is True and isinstance(replies[1], ResponseError)
+    finished = [
+        (s.name, dict(s.attributes or {}).get("db.operation.batch.size"), s.status.status_code)
+        for s in spans.get_finished_spans()
+    ]
+    assert finished == [
+        ("MULTI", 2, StatusCode.UNSET),
+        ("MULTI", 2, StatusCode.ERROR),
+        ("SET", None, StatusCode.UNSET),
+        ("INCRBY", None, StatusCode.ERROR),
+    ]
+
+
 def test_raw_scan_iter_makes_a_span_per_page_and_write_false_is_traced(
     make_cache: Any, spans: InMemorySpanExporter
 ) -> None:

@@ -7,7 +7,16 @@ from typing import Any
 
 from redoxide._protocols import ClientLike, Command, Topology
 from redoxide._redoxide import Bridge, Client
-from redoxide.topology.calls import Call, Execute, Get, MGet, Pipeline, Set, SetMany
+from redoxide.topology.calls import (
+    Call,
+    Execute,
+    Get,
+    MGet,
+    Pipeline,
+    PipelineResults,
+    Set,
+    SetMany,
+)
 
 __all__ = ["ReadClient", "ReplicaReads", "Router"]
 
@@ -51,6 +60,12 @@ class Router(Topology):
 
     def pipeline(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
         return self._write(Pipeline(list(commands)), bridge)
+
+    def pipeline_results(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+        """``pipeline`` with error replies in their places, on the node ``pipeline`` goes to
+        (the primary; a read client's replica), recovered from as ``pipeline`` is (see
+        calls.keeping_errors): where a transaction with ``raise_on_error=False`` runs."""
+        return self._write(PipelineResults(list(commands)), bridge)
 
     def replica_reads(self) -> ClientLike:
         """Raw commands sent where this router's reads go (a replica, when it reads from

@@ -7,15 +7,28 @@ ClientLike method directly (``node.get``...), so mypy checks every call a router
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from redoxide._protocols import ClientLike
+from redoxide._protocols import ClientLike, Command, KeepsErrors
 from redoxide._redoxide import Bridge
 from redoxide.exceptions import ResponseError
-from redoxide.plans import Step
+from redoxide.plans import Step, then
+from redoxide.topology.commands import command_name
 
-__all__ = ["Call", "Execute", "Get", "MGet", "Pipeline", "Set", "SetMany"]
+__all__ = [
+    "Call",
+    "Execute",
+    "Get",
+    "MGet",
+    "Pipeline",
+    "PipelineResults",
+    "Set",
+    "SetMany",
+    "is_transaction",
+    "keeping_errors",
+    "raise_refused",
+]
 
 
 class Call:
@@ -116,3 +129,57 @@ class Pipeline(Call):
 
     def method(self, node: ClientLike) -> Callable[..., Any]:
         return node.pipeline
+
+
+class PipelineResults(Pipeline):
+    """``pipeline_results(commands)``: error replies in their places (see `keeping_errors`:
+    a transaction's refusals still raise, so a router recovers from them as from
+    ``pipeline``'s). A Pipeline, so the near cache drops the keys its commands write."""
+
+    __slots__ = ()
+
+    def method(self, node: ClientLike) -> Callable[..., Any]:
+        return keeping_errors(node)
+
+
+def is_transaction(commands: Sequence[Command]) -> bool:
+    """Whether `commands` are one transaction: MULTI, the queued commands, EXEC."""
+    return (
+        len(commands) >= 2
+        and bool(commands[0])
+        and bool(commands[-1])
+        and command_name(commands[0]) == "MULTI"
+        and command_name(commands[-1]) == "EXEC"
+    )
+
+
+def raise_refused(replies: list[Any]) -> list[Any]:
+    """A transaction's replies (MULTI's, one per queued command, EXEC's), if none of them is
+    an error reply; else the first raises, as ``pipeline`` raises it: a command the server
+    refused to queue (READONLY after a failover, a wrong number of arguments...) aborted the
+    transaction, and nothing ran. Error replies inside EXEC's own list are left to the caller."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
+
+
+def keeping_errors(node: Any) -> Callable[..., Any]:
+    """`node`'s ``pipeline_results``, with `raise_refused` applied to a transaction's replies:
+    the error replies of the commands that ran come back in their places, on every topology,
+    and a router meets a refused transaction as a raised error, as it does from ``pipeline``
+    (and recovers the same way)."""
+    if not isinstance(node, KeepsErrors):
+        raise NotImplementedError(f"redoxide: {node!r} has no pipeline that keeps error replies")
+    send = node.pipeline_results
+
+    def results(commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+        commands = list(commands)
+        if bridge is None:
+            replies = send(commands)
+            return raise_refused(replies) if is_transaction(commands) else replies
+        if is_transaction(commands):
+            return then(send(commands, bridge), raise_refused)
+        return send(commands, bridge)
+
+    return results
