@@ -2,7 +2,8 @@
 primary still up), the first write once a sentinel names the new primary lands on the new
 primary, never on the old one (which loses it when it is turned into a replica); a near cache
 drops what it kept from the old primary; a forked child follows the events too, and closes its
-copies of the parent's connections.
+copies of the parent's connections; a cache that lists one sentinel follows the others too; a
+hold outlasts HOLD_LIMIT while a sentinel reports the failover in progress.
 
 The tests share one sentinel set of their own (each planned failover moves its primary); its
 teardown closes the watchers the tests made (SentinelSet.stop). A hold on writes is made here
@@ -13,23 +14,21 @@ replica the sentinels are not promoting, and ended by the abort event: overlap b
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import logging
 import os
 import select
-import signal
 import socket
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redoxide.topology import sentinel_events
+from redoxide.topology import sentinel_hold
 from support.backend import build_cache, is_redoxide
+from support.forking import fd_open, fork_child, reap, spawn
 from support.near import near_options, serving, warm
 from support.servers import RedisServer, SentinelSet
 
@@ -130,10 +129,13 @@ def _announce(sset: SentinelSet, cache: Any, channel: str, data: str) -> None:
     _watcher(cache)._message(message, sset.sentinel_addresses[1])
 
 
-def _hold(sset: SentinelSet, cache: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
+def _hold(
+    sset: SentinelSet, cache: Any, monkeypatch: pytest.MonkeyPatch, limit: float = 300.0
+) -> tuple[Any, int]:
     """Start a hold on the cache's writes for a replica that is not being promoted (so only
-    the abort event ends it: HOLD_LIMIT is lifted); return it and the primary's port."""
-    monkeypatch.setattr(sentinel_events, "HOLD_LIMIT", 300.0)
+    the abort event ends it, HOLD_LIMIT being lifted, unless `limit` is short); return it and
+    the primary's port."""
+    monkeypatch.setattr(sentinel_hold, "HOLD_LIMIT", limit)
     port = _settled(sset)
     replica = next(r for r in sset.data_nodes if r.port != port)
     _announce(
@@ -160,42 +162,6 @@ def _until_waiting(hold: Any, count: int, writers: list[threading.Thread]) -> No
         time.sleep(0.005)
 
 
-def _fork(child: Any, timeout: float = 60) -> int:
-    """Run child() in a forked process; its exit code (it is killed, failing the test, if it
-    has not ended after `timeout` s)."""
-    return _reap(_spawn(child), timeout)
-
-
-def _spawn(child: Any) -> int:
-    """Fork; the child runs child() and exits with what it returns."""
-    with warnings.catch_warnings():
-        # Python 3.12+ warns that forking a multi-threaded process may deadlock: the child's
-        # own watcher, made after the fork, is what these tests check.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        code = 99
-        try:
-            code = child()
-        finally:
-            os._exit(code)
-    return pid
-
-
-def _reap(pid: int, timeout: float = 60) -> int:
-    """The child's exit code, once it ends; killed (failing the test) after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the forked child did not end within {timeout} s")
-        time.sleep(0.01)
-
-
 def _watching(cache: Any) -> None:
     """Make the cache ask the sentinels once (which starts following their events)."""
     cache.set("warm-up", 1)
@@ -219,19 +185,10 @@ def test_a_forked_child_follows_the_events_of_its_own(sset: SentinelSet) -> None
             return 2
         return 0 if watcher._thread is not None and watcher._thread.is_alive() else 3
 
-    assert _fork(child) == 0
+    assert fork_child(child) == 0
     # The parent's watcher still runs.
     watcher = _watcher(cache)
     assert watcher._thread is not None and watcher._thread.is_alive()
-
-
-def _fd_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError as exc:
-        assert exc.errno == errno.EBADF
-        return False
-    return True
 
 
 def test_a_forked_child_drops_the_parents_hold_and_closes_its_sentinel_connections(
@@ -254,7 +211,7 @@ def test_a_forked_child_drops_the_parents_hold_and_closes_its_sentinel_connectio
         primary = _primary(cache)
         if primary._hold is not None or hold._ended.is_set():
             return 2  # the parent's hold is dropped, never ended (its lock may be held)
-        if any(_fd_open(fd) for fd in fds):
+        if any(fd_open(fd) for fd in fds):
             return 3  # the watcher's sentinel connections are the parent's
         cache.set("child", 7)  # not held: the child asks the sentinels itself
         if cache.get("child") != 7:
@@ -263,14 +220,14 @@ def test_a_forked_child_drops_the_parents_hold_and_closes_its_sentinel_connectio
         os.read(go_on_r, 1)  # alive until the parent has looked at the sentinels
         return 0
 
-    pid, code = _spawn(child), -1
+    pid, code = spawn(child), -1
     os.close(ready_w)
     os.close(go_on_r)
     try:
         readable, _, _ = select.select([ready_r], [], [], 60)
         if not (readable and os.read(ready_r, 1) == b"r"):
             # 2: the child ended the parent's hold; 3: it had the watcher's sockets open
-            code, pid = _reap(pid), 0
+            code, pid = reap(pid), 0
             pytest.fail(f"the child failed its checks: exit code {code}")
         assert not hold._ended.is_set()  # the child ended nothing of the parent's
         # The parent closes its watcher (twice: closing is idempotent): each sentinel drops the
@@ -289,7 +246,7 @@ def test_a_forked_child_drops_the_parents_hold_and_closes_its_sentinel_connectio
     finally:
         os.close(go_on_w)
         os.close(ready_r)
-        code = _reap(pid) if pid else code
+        code = reap(pid) if pid else code
     assert code == 0
 
 
@@ -474,3 +431,117 @@ def test_events_are_followed_again_after_the_sentinels_drop_the_connection(
     _, new = _planned_failover(sset, cache)
     cache.set("after", 43)
     assert new.cli("get", cache.make_key("after")) == "43"
+
+
+def _until(check: Any, what: str, timeout: float = 30) -> None:
+    """Wait until check() holds; fail, saying `what` did not happen, after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_one_listed_sentinel_that_does_not_lead_the_failover_loses_no_write(
+    sset: SentinelSet,
+) -> None:
+    # SENTINELS lists one sentinel, and another runs the failover: only that one publishes
+    # +selected-slave, so the watcher follows the sentinels the listed one names too. A
+    # thread writes all through the failover: every write acknowledged is on the new primary
+    # (without the hold the old one acknowledges ~1 s of writes, lost at its demotion).
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    cache = _cache(sset, prefix, SENTINELS=sset.sentinel_addresses[:1])
+    _watching(cache)  # three sentinels followed: two learnt from the listed one
+    ours = {  # sentinel port: our subscribed connection's address there
+        link.peer[1]: "{}:{}".format(*link.sock.getsockname()[:2])
+        for link in _watcher(cache)._links.values()
+    }
+    for sentinel in sset.sentinels:
+        subscribers = sentinel.cli("client", "list", "type", "pubsub")
+        assert f"addr={ours.get(sentinel.port)} " in subscribers, f"none on {sentinel!r}"
+    acked: list[int] = []
+    failed: list[str] = []  # not acknowledged: not lost
+    stop = threading.Event()
+
+    def write() -> None:
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            try:
+                cache.set(f"w{i}", i)
+                acked.append(i)
+            except Exception as exc:
+                failed.append(repr(exc))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        _until(lambda: len(acked) >= 20, "no write acknowledged")
+        _, new = _planned_failover(sset, cache)  # led by the second sentinel
+        count = len(acked)
+        _until(lambda: len(acked) >= count + 20, "no write after the switch")
+    finally:
+        stop.set()
+        writer.join(60)
+    assert not writer.is_alive()
+    there = build_cache(new.url, {"KEY_PREFIX": prefix}).get_many([f"w{i}" for i in acked])
+    lost = [i for i in acked if there.get(f"w{i}") != i]
+    assert lost == [], f"{len(lost)} of {len(acked)} acknowledged writes lost ({failed[:3]})"
+
+
+def test_a_hold_outlasts_hold_limit_while_a_sentinel_reports_the_failover(
+    sset: SentinelSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failover whose promotion cannot happen: the replicas refuse SLAVEOF, so the leader's
+    # SLAVEOF NO ONE fails and it waits for the promotion until its failover-timeout (made
+    # long). Past HOLD_LIMIT it reports failover_in_progress: the hold goes on, and a write
+    # made then is held until the failover is aborted, then sent to the primary.
+    monkeypatch.setattr(sentinel_hold, "HOLD_LIMIT", 0.2)
+    cache = _cache(sset, timeout=60)
+    _watching(cache)
+    port = _settled(sset)
+    replicas = [node for node in sset.data_nodes if node.port != port]
+    leader, primary, writer = sset.sentinels[1], _primary(cache), None
+    try:
+        for replica in replicas:
+            replica.cli("acl", "setuser", "default", "-slaveof", "-replicaof")
+        leader.cli("sentinel", "set", sset.service, "failover-timeout", "120000")
+        assert leader.cli("sentinel", "failover", sset.service) == "OK"
+        _until(lambda: primary._hold is not None, "no hold")
+        hold = primary._hold
+        deadline = time.monotonic() + 30
+        while hold.reviews < 2:  # reviewed twice past HOLD_LIMIT, kept on each time
+            assert primary._hold is hold, "the hold lapsed at HOLD_LIMIT"
+            assert time.monotonic() < deadline, "the hold was not reviewed"
+            time.sleep(0.005)
+        writer = _setter(cache, "k", 5)
+        _until_waiting(hold, 1, [writer])
+        assert sset.node_for_port(port).cli("exists", cache.make_key("k")) == "0"
+        assert "failover_in_progress" in leader.cli("sentinel", "master", sset.service)
+    finally:
+        for replica in replicas:
+            replica.cli("acl", "setuser", "default", "+slaveof", "+replicaof")
+        leader.cli("sentinel", "set", sset.service, "failover-timeout", "100")  # aborts it
+        _settled(sset)
+        leader.cli("sentinel", "set", sset.service, "failover-timeout", "3000")
+        if writer is not None:
+            writer.join(60)
+    assert writer is not None and not writer.is_alive()
+    assert hold._ended.is_set() and primary._hold is None
+    assert sset.node_for_port(port).cli("get", cache.make_key("k")) == "5"
+
+
+def test_a_hold_no_sentinel_reports_a_failover_for_lapses_at_hold_limit(
+    sset: SentinelSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sentinels run no failover (the hold is made by hand): at HOLD_LIMIT it lapses, and the
+    # held write goes to the primary then, not after its SOCKET_TIMEOUT.
+    cache = _cache(sset, timeout=60)
+    _watching(cache)
+    hold, port = _hold(sset, cache, monkeypatch, limit=1.0)
+    done: list[float] = []
+    writer = threading.Thread(target=lambda: (cache.set("k", 6), done.append(time.monotonic())))
+    writer.start()
+    writer.join(30)
+    assert done and done[0] >= hold.started + 1.0  # held until the limit, not sent before
+    assert hold._ended.is_set() and hold.reviews == 0
+    assert sset.node_for_port(port).cli("get", cache.make_key("k")) == "6"

@@ -19,7 +19,9 @@ next call.
     health.py     replicas left out of the rotation after a failure
     replicas.py   ReplicaRouter (a LOCATION list)
     sentinel.py   SentinelPrimary, SentinelRouter (SENTINELS)
-    sentinel_events.py  the sentinels' Pub/Sub events, followed by a thread (failover holds)
+    sentinel_events.py  the sentinels' Pub/Sub events, followed by a thread (listed and learnt)
+    sentinel_hold.py    a failover's hold on writes, and how long it lasts
+    sentinel_resp.py    RESP2 over the watcher's plain sockets
     commands.py   where a command's key is; how split replies join; slot tags
     slots.py      a cluster's slot map and targets
     parts.py      calls cut into single-slot parts

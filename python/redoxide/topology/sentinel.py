@@ -8,8 +8,9 @@ after a timeout. Reads go through a ReplicaRouter whose primary is the followed 
 Between those, the sentinels' events (sentinel_events.py) move writes at once: when a failover
 picks the replica to promote, writes are held so none lands on the old primary once the replica
 is promoted, which would lose it; they are released to the replica the moment it answers as a
-primary, or to the old one if the failover is aborted. A switch learnt this way tells the near
-cache (``on_primary_change``), which then tracks the new primary and drops what it kept.
+primary, or to the old one if the failover is aborted or, after HOLD_LIMIT, once no sentinel
+reports it in progress (sentinel_hold.py). A switch learnt this way tells the near cache
+(``on_primary_change``), which then tracks the new primary and drops what it kept.
 
 Time: a write takes no longer than it could without the events: SOCKET_TIMEOUT for its call,
 plus, when the primary moved, one retry (asking the sentinels, at most discovery_budget, then
@@ -38,7 +39,8 @@ from redoxide.topology.calls import Call
 from redoxide.topology.flight import Flight
 from redoxide.topology.nodes import discovery_budget, new_client, node_client, split_address
 from redoxide.topology.replicas import ReplicaRouter
-from redoxide.topology.sentinel_events import Hold, SentinelWatcher
+from redoxide.topology.sentinel_events import SentinelWatcher
+from redoxide.topology.sentinel_hold import Hold
 
 __all__ = ["MIN_REFRESH_INTERVAL", "SentinelPrimary", "SentinelRouter"]
 
@@ -286,7 +288,7 @@ class SentinelPrimary(Router):
         with self._changes:  # not between a discovery's answer and its `suspect`
             if self._hold is not None or (host, port) == _address(self.node):
                 return
-            hold = self._hold = Hold((host, port), sentinel)
+            hold = self._hold = Hold((host, port), sentinel, self.watcher.ask_budget + 1.0)
             self.suspect = True  # writes take the slow path, which waits on the hold
         threading.Thread(
             target=self._await_promotion, args=(hold, host, port, sentinel), daemon=True,
@@ -295,13 +297,14 @@ class SentinelPrimary(Router):
 
     def _await_promotion(self, hold: Hold, host: str, port: int, sentinel: tuple[str, int]) -> None:
         """Ask the chosen replica for its role until it is a primary (then switch to it), the
-        hold ends otherwise, or HOLD_LIMIT passes."""
-        while self._hold is hold and time.monotonic() < hold.until:
+        hold ends otherwise, or it lapses (sentinel_hold.py: after HOLD_LIMIT, unless a
+        sentinel reports the failover in progress)."""
+        while self._hold is hold and not hold.lapses(self.watcher.failover_underway):
             if self._is_primary(host, port):
                 self._switch_to(host, port, sentinel)
                 return
             hold.ended(0.005)
-        if self._hold is hold:  # neither promoted nor aborted in time: as without a watcher
+        if self._hold is hold:  # neither promoted nor aborted: as without a watcher
             self._release(hold)
             self._stale_now()
 
@@ -367,20 +370,17 @@ class SentinelPrimary(Router):
         if bridge is not None:
             return self._await_hold()
         hold = self._hold
-        if hold is not None and not hold.wait(self._hold_wait(hold)):
+        if hold is not None and not hold.wait(self._config.connection.socket_timeout):
             self._held_too_long(hold)
         return None
 
     async def _await_hold(self) -> None:
         hold = self._hold
-        if hold is not None and not await hold.await_end(self._hold_wait(hold)):
+        if hold is not None and not await hold.await_end(self._config.connection.socket_timeout):
             self._held_too_long(hold)
 
-    def _hold_wait(self, hold: Hold) -> float:
-        return max(0.0, min(self._config.connection.socket_timeout, hold.until - time.monotonic()))
-
     def _held_too_long(self, hold: Hold) -> None:
-        if time.monotonic() >= hold.until:
+        if hold.overdue():  # its poller did not review it in time (see Hold)
             self._release(hold)
             self._stale_now()
             return  # the hold lapsed: the write goes where the sentinels name

@@ -3,7 +3,7 @@
 The sentinels publish every step of a failover on their Pub/Sub channels. A primary asked for
 only when a call fails keeps writing to an old primary that is still up (a planned
 ``SENTINEL FAILOVER``) until the sentinels turn it into a replica, and those writes are lost
-then. So ``SentinelPrimary`` subscribes to every sentinel it knows (one connection each,
+then. So ``SentinelPrimary`` subscribes to every sentinel of its service (one connection each,
 ``PSUBSCRIBE *``, one thread for all of them) and acts on the events of its service:
 
 - ``+selected-slave`` / ``+failover-state-send-slaveof-noone`` (a failover chose the replica
@@ -12,26 +12,31 @@ then. So ``SentinelPrimary`` subscribes to every sentinel it knows (one connecti
 - ``+promoted-slave`` and ``+switch-master`` (the sentinels name the new primary): the same
   switch, for a watcher that missed the start (a sentinel that was not the leader);
 - ``-failover-abort-*`` and ``+failover-end-for-timeout``: the hold is lifted (the primary
-  stays where it was, asked for again on the next call);
+  stays where it was, asked for again on the next call); a hold nothing ends is reviewed
+  after HOLD_LIMIT and lasts while a sentinel reports the failover in progress
+  (sentinel_hold.py);
 - ``+odown`` / ``+sdown`` / ``+reset-master`` of the primary, ``+convert-to-slave`` of any
   node: the primary is in doubt, asked for again on the next call; replicas coming and going
   (``+slave``, ``+sdown`` / ``-sdown`` of a replica, ``+slave-reconf-done``) make it re-read
   the replicas when it reads from them.
 
-Only the sentinel that leads a failover publishes its first steps, so every sentinel is
-watched. The connections are plain RESP2 over a socket (the core's client speaks no Pub/Sub)
-with ``AUTH`` for ``SENTINEL_KWARGS``' credentials; a connection that breaks or stays silent is
-made again (by a short-lived helper thread, so the reading thread never waits on a sentinel
-that does not answer; one out of reach is tried again less and less often, up to every
-RETRY_INTERVAL_MAX). The thread holds its primary weakly and stops with it or with
-``close()``. A forked child closes its copies of the connections (a sentinel would otherwise
-keep the parent's subscription for as long as the child lives) and starts a thread of its own
-(lazily, on its first call).
+Only the sentinel that leads a failover publishes its first steps, so every sentinel of the
+service is watched: the listed ones (SENTINELS) and the others they name, learnt from each
+listed or learnt sentinel as its connection is made (``SENTINEL SENTINELS``) and from its
+``+sentinel`` events; one connection per address (a learnt address that a listed sentinel's
+connection reaches is that sentinel), at most MAX_SENTINELS in all. A learnt sentinel is
+followed as a listed one is. The connections are plain RESP2 over a socket (the core's client
+speaks no Pub/Sub) with ``AUTH`` for ``SENTINEL_KWARGS``' credentials; a connection that breaks
+or stays silent is made again (by a short-lived helper thread, so the reading thread never waits
+on a sentinel that does not answer; one out of reach is tried again less and less often, up to
+every RETRY_INTERVAL_MAX, and a sentinel that refuses is named once in a warning). The thread
+holds its primary weakly and stops with it or with ``close()``. A forked child closes its
+copies of the connections (a sentinel would otherwise keep the parent's subscription for as
+long as the child lives) and starts a thread of its own (lazily, on its first call).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import selectors
@@ -42,146 +47,41 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HOLD_LIMIT", "Hold", "SentinelWatcher", "parse_event"]
+from redoxide.topology.sentinel_resp import (
+    Incomplete,
+    addresses_of,
+    command,
+    fields_of,
+    parse,
+    parse_event,
+    reply,
+)
+
+__all__ = ["MAX_SENTINELS", "SentinelWatcher"]
 
 logger = logging.getLogger("redoxide")
 
-#: A hold on writes that neither a promotion nor an abort ends lifts itself after this long
-#: (writes then go where the sentinels name, as without the watcher).
-HOLD_LIMIT = 5.0
 #: Each connection is pinged this often, and made again after 3 intervals of silence.
 PING_INTERVAL = 1.0
 #: A sentinel that cannot be reached is tried again after this long, doubling up to the
 #: second figure while it stays out of reach.
 RETRY_INTERVAL = 0.5
 RETRY_INTERVAL_MAX = 5.0
-
-
-class Hold:
-    """A failover's hold on writes (the replica it promotes is `target`), ended once by
-    ``end()``: sync writers wait on its event, async ones on one future per event loop."""
-
-    __slots__ = ("_ended", "_futures", "_lock", "sentinel", "target", "until", "waiting")
-
-    def __init__(self, target: tuple[str, int], sentinel: tuple[str, int]) -> None:
-        self.target = target
-        self.sentinel = sentinel  # the sentinel leading that failover
-        self.until = time.monotonic() + HOLD_LIMIT
-        self.waiting = 0  # writes waiting on it now
-        self._ended = threading.Event()
-        self._lock = threading.Lock()
-        self._futures: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
-
-    def ended(self, timeout: float) -> bool:
-        """Wait at most `timeout` for the end; whether it came."""
-        return self._ended.wait(timeout)
-
-    def wait(self, timeout: float) -> bool:
-        """As ended(), counted as a waiting write."""
-        with self._lock:
-            self.waiting += 1
-        try:
-            return self._ended.wait(timeout)
-        finally:
-            with self._lock:
-                self.waiting -= 1
-
-    async def await_end(self, timeout: float) -> bool:
-        """As wait(), for a coroutine: one future per event loop, resolved once at the end."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self._ended.is_set():
-                return True
-            entry = self._futures.get(id(loop))
-            if entry is None:
-                entry = self._futures[id(loop)] = (loop, loop.create_future())
-            self.waiting += 1
-        try:
-            await asyncio.wait_for(asyncio.shield(entry[1]), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return self._ended.is_set()
-        finally:
-            with self._lock:
-                self.waiting -= 1
-
-    def end(self) -> None:
-        with self._lock:
-            self._ended.set()
-            futures, self._futures = list(self._futures.values()), {}
-        for loop, future in futures:
-            with contextlib.suppress(RuntimeError):  # a loop closed since
-                loop.call_soon_threadsafe(_resolve, future)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Incomplete(Exception):
-    """The buffer ends inside a reply."""
-
-
-def _parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
-    """One RESP2 value from `buf` at `pos`: (value, position after it)."""
-    end = buf.find(b"\r\n", pos)
-    if end < 0:
-        raise _Incomplete
-    kind, line = buf[pos : pos + 1], bytes(buf[pos + 1 : end])
-    pos = end + 2
-    if kind == b"+":
-        return line, pos
-    if kind == b"-":
-        return ValueError(line.decode(errors="replace")), pos
-    if kind == b":":
-        return int(line), pos
-    if kind == b"$":
-        size = int(line)
-        if size < 0:
-            return None, pos
-        if len(buf) < pos + size + 2:
-            raise _Incomplete
-        return bytes(buf[pos : pos + size]), pos + size + 2
-    if kind == b"*":
-        count = int(line)
-        items = []
-        for _ in range(max(count, 0)):
-            item, pos = _parse(buf, pos)
-            items.append(item)
-        return (items if count >= 0 else None), pos
-    raise ValueError(f"not a RESP2 reply: {bytes(buf[pos - 2 - len(line) - 1 : end])!r}")
-
-
-def _command(*args: str | bytes) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg.encode() if isinstance(arg, str) else arg
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-def parse_event(channel: str, data: str) -> tuple[str, str, str, str, int] | None:
-    """An event's (channel, service, instance type, ip, port), or None if it names no
-    service. ``+switch-master``'s address is the new primary's."""
-    parts = data.split()
-    try:
-        if channel == "+switch-master":  # <name> <old ip> <old port> <new ip> <new port>
-            return channel, parts[0], "master", parts[3], int(parts[4])
-        # <type> <name> <ip> <port> [@ <master name> <master ip> <master port>]
-        kind = parts[0]
-        service = parts[parts.index("@") + 1] if "@" in parts else parts[1]
-        return channel, service, kind, parts[2], int(parts[3])
-    except (IndexError, ValueError):
-        return None
+#: The most sentinels followed per service, listed and learnt (all the listed ones, whatever
+#: their number).
+MAX_SENTINELS = 16
 
 
 class _Link:
     """One sentinel connection in subscribed mode."""
 
-    def __init__(self, sock: socket.socket, address: tuple[str, int]) -> None:
+    def __init__(
+        self, sock: socket.socket, address: tuple[str, int], others: list[tuple[str, int]]
+    ) -> None:
         self.sock = sock
         self.address = address
+        self.peer: tuple[str, int] = sock.getpeername()[:2]  # the address it reached
+        self.others = others  # the other sentinels it named (SENTINEL SENTINELS)
         self.buffer = bytearray()
         self.heard = time.monotonic()
         self.pinged = self.heard
@@ -235,8 +135,8 @@ class _Run:
 
 
 class SentinelWatcher:
-    """Follows the events of one service on every sentinel and tells `primary` (held weakly)
-    through its ``_event(channel, service, kind, ip, port, sentinel)`` method.
+    """Follows the events of one service on every sentinel (listed, or learnt from them) and
+    tells `primary` (held weakly) through its ``_event(channel, kind, ip, port, sentinel)``.
 
     The thread that reads the events never waits on one sentinel: each connection (connect,
     ``AUTH``, ``PSUBSCRIBE``, bounded by the connect timeout) is made by a short-lived helper
@@ -253,9 +153,15 @@ class SentinelWatcher:
         self._primary = weakref.ref(primary)
         self._service = primary.service
         self._warned: set[tuple[str, int]] = set()
-        self._sentinels = list(sentinels)
+        self._sentinels = list(sentinels)  # the listed ones
+        #: The other sentinels each followed one named (SENTINEL SENTINELS, +sentinel).
+        self._found: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        #: The sentinels followed now: the listed ones, then learnt ones (see _follow).
+        self.following = list(sentinels)
         self._login = login
         self._connect_timeout = connect_timeout
+        #: How long asking the sentinels whether a failover is in progress may take, in all.
+        self.ask_budget = 2 * connect_timeout
         self._run_now = _Run()
         self._run_now.stop.set()  # not started
         self._thread: threading.Thread | None = None
@@ -312,10 +218,45 @@ class SentinelWatcher:
         self.links = 0
         self.subscribed = threading.Event()
 
+    def failover_underway(self, first: tuple[str, int]) -> float | None:
+        """Ask the followed sentinels, `first` first, ``SENTINEL MASTER`` (a connection each,
+        all within ask_budget): the failover-timeout, in seconds, of the first that reports a
+        failover of the service in progress, or None if none that answers does."""
+        run = self._run_now
+        deadline = time.monotonic() + self.ask_budget
+        for address in dict.fromkeys([first, *self.following]):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            fields: dict[bytes, Any] = {}
+            try:
+                sock = self._open(address, run, left)
+            except OSError:
+                continue
+            try:
+                buf = bytearray()
+                if self._log_in(sock, buf, address):
+                    sock.sendall(command("SENTINEL", "MASTER", self._service))
+                    fields = fields_of(reply(sock, buf))
+            except (OSError, ValueError):
+                pass
+            finally:
+                with run.lock:
+                    run.opening.discard(sock)
+                sock.close()
+            if b"failover_in_progress" in (fields.get(b"flags") or b"").split(b","):
+                with contextlib.suppress(KeyError, ValueError, TypeError):
+                    return int(fields[b"failover-timeout"]) / 1000
+                return 180.0  # Sentinel's default
+        return None
+
     # -- connecting (on a helper thread)
 
-    def _open(self, address: tuple[str, int], run: _Run) -> socket.socket:
-        """A connected socket to `address`, known to `run` while it is being made."""
+    def _open(
+        self, address: tuple[str, int], run: _Run, timeout: float | None = None
+    ) -> socket.socket:
+        """A connected socket to `address` (`timeout` for each step: the connect timeout if
+        None), known to `run` while it is being made (or used, by failover_underway)."""
         error: OSError = OSError(f"{address[0]}:{address[1]} resolves to nothing")
         for family, kind, proto, _, sockaddr in socket.getaddrinfo(
             address[0], address[1], type=socket.SOCK_STREAM
@@ -324,7 +265,7 @@ class SentinelWatcher:
             with run.lock:
                 run.opening.add(sock)
             try:
-                sock.settimeout(self._connect_timeout)
+                sock.settimeout(self._connect_timeout if timeout is None else timeout)
                 sock.connect(sockaddr)
             except OSError as exc:
                 with run.lock:
@@ -357,30 +298,41 @@ class SentinelWatcher:
 
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            username, password = self._login
-            if password is not None:
-                auth = ("AUTH", username, password) if username else ("AUTH", password)
-                sock.sendall(_command(*auth))
-                reply = self._reply(sock, buf)
-                if isinstance(reply, Exception):
-                    self._refused(address, "AUTH", reply)
-                    give_up()
-                    return None
-            sock.sendall(_command("PSUBSCRIBE", "*"))
-            reply = self._reply(sock, buf)
-            if not (isinstance(reply, list) and reply and reply[0] == b"psubscribe"):
-                self._refused(address, "PSUBSCRIBE *", reply)
+            if not self._log_in(sock, buf, address):
                 give_up()
                 return None
+            # The other sentinels of the service, asked before the subscription (in subscribed
+            # mode a connection takes no SENTINEL command): one round trip for both.
+            sock.sendall(
+                command("SENTINEL", "SENTINELS", self._service) + command("PSUBSCRIBE", "*")
+            )
+            others = addresses_of(reply(sock, buf))  # none if refused or unknown
+            answer = reply(sock, buf)
+            if not (isinstance(answer, list) and answer and answer[0] == b"psubscribe"):
+                self._refused(address, "PSUBSCRIBE *", answer)
+                give_up()
+                return None
+            link = _Link(sock, address, others)
             sock.setblocking(False)
         except (OSError, ValueError):
             give_up()
             return None
-        link = _Link(sock, address)
         link.buffer = buf  # events that came with the confirmation, read with the next ones
         return link
 
-    def _refused(self, address: tuple[str, int], command: str, reply: Any) -> None:
+    def _log_in(self, sock: socket.socket, buf: bytearray, address: tuple[str, int]) -> bool:
+        """AUTH with SENTINEL_KWARGS' credentials, if any; False if refused."""
+        username, password = self._login
+        if password is None:
+            return True
+        sock.sendall(command(*(("AUTH", username, password) if username else ("AUTH", password))))
+        answer = reply(sock, buf)
+        if isinstance(answer, Exception):
+            self._refused(address, "AUTH", answer)
+            return False
+        return True
+
+    def _refused(self, address: tuple[str, int], what: str, answer: Any) -> None:
         """Warn once per sentinel that it refuses what following its events needs (an ACL
         without Pub/Sub, a wrong password): writes then move only when a call fails."""
         if address in self._warned:
@@ -389,23 +341,8 @@ class SentinelWatcher:
         logger.warning(
             "redoxide: sentinel %s:%s refused %s (%s): failovers of %r are followed only when "
             "a call fails",
-            address[0], address[1], command, reply, self._service,
+            address[0], address[1], what, answer, self._service,
         )  # fmt: skip
-
-    @staticmethod
-    def _reply(sock: socket.socket, buf: bytearray) -> Any:
-        """The next reply on `sock`; `buf` keeps what came after it (an event, say)."""
-        while True:
-            try:
-                value, end = _parse(buf, 0)
-            except _Incomplete:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise OSError("closed") from None
-                buf += chunk
-            else:
-                del buf[:end]
-                return value
 
     # -- the thread
 
@@ -418,9 +355,10 @@ class SentinelWatcher:
                 if self._primary() is None:
                     return
                 self._adopt_links(run, selector, links, retry)
-                self._connect_missing(run, links, retry)
+                following = self._follow(selector, links)
+                self._connect_missing(run, following, links, retry)
                 self.links = len(links)
-                if links and run.tried.issuperset(self._sentinels):
+                if links and run.tried.issuperset(following):
                     self.subscribed.set()
                 for key, _ in selector.select(timeout=0.1) if selector.get_map() else ():
                     link = key.data
@@ -435,7 +373,7 @@ class SentinelWatcher:
                     elif now - link.pinged > PING_INTERVAL:
                         link.pinged = now
                         try:
-                            link.sock.send(_command("PING"))
+                            link.sock.send(command("PING"))
                         except OSError:
                             self._drop(selector, links, link)
         finally:
@@ -463,21 +401,45 @@ class SentinelWatcher:
                 continue
             retry[address] = (now + RETRY_INTERVAL, RETRY_INTERVAL)
             links[address] = link
+            self._found[address] = link.others  # what it says now, in place of what it said
             selector.register(link.sock, selectors.EVENT_READ, link)
             self.connections += 1
             # Events that came with the confirmation are handled now.
             if link.buffer and not self._parse_buffer(link):
                 self._drop(selector, links, link)
 
+    def _follow(
+        self, selector: selectors.BaseSelector, links: dict[tuple[str, int], _Link]
+    ) -> list[tuple[str, int]]:
+        """The sentinels to follow now: the listed ones, then those that the followed ones
+        named, one per address (an address a listed one's link reached is that one), at most
+        MAX_SENTINELS in all. A link to one no longer followed is closed."""
+        listed = self._sentinels
+        seen = set(listed) | {links[a].peer for a in listed if a in links}
+        learnt = []
+        for named in self._found.values():
+            for address in named:
+                if address not in seen:
+                    seen.add(address)
+                    learnt.append(address)
+        following = listed + learnt[: max(0, MAX_SENTINELS - len(listed))]
+        if not set(self._found) <= set(following):  # forget what unfollowed ones named
+            self._found = {a: n for a, n in self._found.items() if a in following}
+        for link in [link for address, link in links.items() if address not in following]:
+            self._drop(selector, links, link)
+        self.following = following
+        return following
+
     def _connect_missing(
         self,
         run: _Run,
+        following: list[tuple[str, int]],
         links: dict[tuple[str, int], _Link],
         retry: dict[tuple[str, int], tuple[float, float]],
     ) -> None:
         """A helper thread for each sentinel not linked, not being connected, and due."""
         now = time.monotonic()
-        for address in self._sentinels:
+        for address in following:
             when, _ = retry.get(address, (0.0, RETRY_INTERVAL))
             if address in links or address in run.connecting or now < when:
                 continue
@@ -517,9 +479,9 @@ class SentinelWatcher:
         pos = 0
         try:
             while pos < len(link.buffer):
-                message, pos = _parse(link.buffer, pos)
+                message, pos = parse(link.buffer, pos)
                 self._message(message, link.address)
-        except _Incomplete:
+        except Incomplete:
             pass
         except ValueError:
             return False
@@ -534,6 +496,11 @@ class SentinelWatcher:
         event = parse_event(channel, message[3].decode(errors="replace"))
         primary = self._primary()
         if event is None or primary is None or event[1] != primary.service:
+            return
+        if channel == "+sentinel" and event[2] == "sentinel":  # one more sentinel of it
+            named = self._found.setdefault(sentinel, [])
+            if event[3:] not in named:
+                named.append(event[3:])
             return
         handle: Callable[..., None] = primary._event
         try:
