@@ -37,7 +37,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export PYO3_PYTHON := $(abspath $(PY))
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install build test test-matrix sid-pythons test-py314 test-py315 sid-clean wheel-x86_64 wheel-aarch64 test-arm64 bench-py314 test-redis62 test-topologies test-near-contract test-valkey test-django-redis lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
+.PHONY: help install build test test-matrix matrix-venvs sid-pythons test-py314 test-py315 sid-clean wheel-x86_64 wheel-aarch64 test-arm64 bench-py314 test-redis62 test-topologies test-near-contract test-valkey test-django-redis lint fmt demo bench bench-fullstack soak soak-fullstack wheel wheel-check all clean distclean system-deps FORCE
 
 help: ## Show this list of targets (the default goal)
 	@echo "redoxide: make <target>"
@@ -125,7 +125,8 @@ PYENV_ROOT_DIR := $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
 test-django-redis: install ## django-redis 7.0's own tests (from its sdist) with BACKEND swapped to redoxide, every settings variant it ships that redoxide supports
 	$(PY) scripts/django_redis_suite.py
 
-test-matrix: install $(SID_STAMP) ## Django's contract and the async contract on Django 5.2, 6.0, 6.1, oldest and newest Python each
+# The matrix's venvs alone (CI makes them beside the suite, before test-matrix needs them).
+matrix-venvs: $(SID_STAMP) ## Make the venvs test-matrix uses (one per Django and Python), if missing
 	@set -e; for combo in $(MATRIX); do \
 		django=$${combo%%:*}; py=$${combo##*:}; \
 		case $$py in \
@@ -140,13 +141,22 @@ test-matrix: install $(SID_STAMP) ## Django's contract and the async contract on
 		*) \
 			interp=$$(ls -d $(PYENV_ROOT_DIR)/versions/$$py.*/bin/python 2>/dev/null | sort -V | tail -1); \
 			if [ -z "$$interp" ]; then echo "test-matrix: no Python $$py under $(PYENV_ROOT_DIR)"; exit 1; fi; \
-			venv=$(MATRIX_DIR)/django$$django-py$$py; run=""; \
+			venv=$(MATRIX_DIR)/django$$django-py$$py; \
 			if [ ! -f $$venv/$(MATRIX_STAMP) ]; then \
 				$$interp -m venv --clear $$venv; \
 				$$venv/bin/pip install --quiet "django==$$django.*" $(CONTRACT_REQS_QUOTED); \
 				$$venv/bin/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "redoxide-src.pth").write_text(str(pathlib.Path("python").resolve()) + "\n")'; \
 				touch $$venv/$(MATRIX_STAMP); \
 			fi ;; \
+		esac; \
+	done
+
+test-matrix: install matrix-venvs ## Django's contract and the async contract on Django 5.2, 6.0, 6.1, oldest and newest Python each
+	@set -e; for combo in $(MATRIX); do \
+		django=$${combo%%:*}; py=$${combo##*:}; \
+		case $$py in \
+		3.14|3.15) venv=/opt/matrix/django$$django-py$$py; run="$(SID_RUN)" ;; \
+		*) venv=$(MATRIX_DIR)/django$$django-py$$py; run="" ;; \
 		esac; \
 		echo "== Django $$($$run $$venv/bin/python -c 'import django; print(django.__version__)') on Python $$($$run $$venv/bin/python -c 'import platform; print(platform.python_version())')"; \
 		$$run $$venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) tests/contract tests/unit/test_async_native.py -k "not on_topologies" $(PYTEST_ARGS); \
