@@ -36,7 +36,7 @@ ROUTER_RECOVERS = (
 Forget = Callable[[NearCache, Any], bool]
 
 
-def forgets(call: Call) -> tuple[Forget, Any]:
+def forgets(call: Call[Any]) -> tuple[Forget, Any]:
     """What a write call drops from the stores: how to find its keys, and where."""
     first = call.args[0]  # the command, the commands, the key, the keys
     if isinstance(call, Execute):

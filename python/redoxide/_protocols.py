@@ -125,7 +125,13 @@ class Topology:
         spans them."""
         return False
 
-    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
+    @overload
+    def scan_nodes(self, bridge: None = None) -> Sequence[ClientLike]: ...
+    @overload
+    def scan_nodes(self, bridge: Bridge) -> Awaitable[Sequence[ClientLike]]: ...
+    def scan_nodes(
+        self, bridge: Bridge | None = None
+    ) -> Sequence[ClientLike] | Awaitable[Sequence[ClientLike]]:
         """A step: the clients a key scan visits (a list, or an awaitable of one). Only
         asked of a client that spans primaries."""
         raise NotImplementedError

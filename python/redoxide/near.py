@@ -28,8 +28,8 @@ import functools
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar, overload
 
 from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig, marker_name
@@ -45,15 +45,16 @@ from redoxide._near_parts import (
 from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
 from redoxide._redoxide import Bridge, Client
 from redoxide._registry import Registry, track
-from redoxide.exceptions import (
-    CacheError,
-)
+from redoxide.exceptions import CacheError
 from redoxide.plans import Plan
 from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, PipelineResults, Set, SetMany
 from redoxide.topology.parts import together
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
+
+R = TypeVar("R")
+W = TypeVar("W")
 
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
@@ -144,7 +145,13 @@ class NearClient(Topology):
     def spans_primaries(self) -> bool:
         return spans_primaries(self._inner)
 
-    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
+    @overload
+    def scan_nodes(self, bridge: None = None) -> Sequence[ClientLike]: ...
+    @overload
+    def scan_nodes(self, bridge: Bridge) -> Awaitable[Sequence[ClientLike]]: ...
+    def scan_nodes(
+        self, bridge: Bridge | None = None
+    ) -> Sequence[ClientLike] | Awaitable[Sequence[ClientLike]]:
         # Asked only of a cluster: the nodes a key scan reads (its writes come back here).
         inner = self._inner
         assert isinstance(inner, Topology), "scan_nodes of a client on one primary"
@@ -360,10 +367,12 @@ class NearClient(Topology):
             tokens.append(hit)
         return parts, routed
 
-    def _fill_parts(self, parts: list[Any], bridge: Bridge | None = None) -> Any:
+    def _fill_parts(
+        self, parts: list[Any], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         """A step: each primary's part of a get_many's fills (``fill_keys``), all sent at
         once; each part's values or the exception that failed its round trip."""
-        store = self._store
+        store: _redoxide.NearCache = self._store
         if bridge is not None:
             return self._afill_parts(parts, bridge)
         if len(parts) > 1:
@@ -406,13 +415,17 @@ class NearClient(Topology):
 
     # -- writes (and has_key) ----------------------------------------------------------------
 
-    async def _then_forget(self, pending: Any, forget: Any, what: Any) -> Any:
+    async def _then_forget(
+        self, pending: Awaitable[R], forget: Callable[[W], object], what: W
+    ) -> R:
         try:
             return await pending
         finally:
             forget(what)
 
-    def _write(self, call: Call, bridge: Bridge | None, on: ClientLike | None = None) -> Any:
+    def _write(
+        self, call: Call[R], bridge: Bridge | None, on: ClientLike | None = None
+    ) -> R | Awaitable[R]:
         """Run a write `call` on the inner client (or `on`): the tracked keys it names are
         dropped, in every near cache of the process, before it is sent and again once it is
         answered (a fill that read the old value meanwhile is killed)."""
@@ -501,10 +514,10 @@ class _NearReads(ReadClient):
         self._near = near
         self._reads = reads
 
-    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return call.on(self._reads, bridge)
 
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return self._near._write(call, bridge, on=self._reads)
 
 

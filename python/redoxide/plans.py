@@ -81,7 +81,7 @@ async def arun(plan: Plan[T], bridge: Bridge) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-def pause(seconds: float, bridge: Bridge | None = None) -> Any:
+def pause(seconds: float, bridge: Bridge | None = None) -> Awaitable[None] | None:
     """A step that waits: time.sleep in sync code, asyncio.sleep in async code."""
     if bridge is None:
         time.sleep(seconds)

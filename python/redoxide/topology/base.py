@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar, overload
 
 from redoxide._protocols import ClientLike, Command, Topology
 from redoxide._redoxide import Bridge, Client
@@ -20,6 +20,8 @@ from redoxide.topology.calls import (
 
 __all__ = ["ReadClient", "ReplicaReads", "Router"]
 
+R = TypeVar("R")
+
 
 class Router(Topology):
     """get / get_many go through `_read`, everything else through `_write`; a subclass says
@@ -27,18 +29,42 @@ class Router(Topology):
     the bridge (None: blocking; else the call returns an awaitable).
     """
 
-    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return self._write(call, bridge)
 
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         raise NotImplementedError
 
-    def get(self, key: str, bridge: Bridge | None = None) -> Any:
+    @overload
+    def get(self, key: str, bridge: None = None) -> bytes | None: ...
+    @overload
+    def get(self, key: str, bridge: Bridge) -> Awaitable[bytes | None]: ...
+    def get(self, key: str, bridge: Bridge | None = None) -> bytes | Awaitable[bytes | None] | None:
         return self._read(Get(key), bridge)
 
-    def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
+    @overload
+    def mget(self, keys: Iterable[Any], bridge: None = None) -> list[bytes | None]: ...
+    @overload
+    def mget(self, keys: Iterable[Any], bridge: Bridge) -> Awaitable[list[bytes | None]]: ...
+    def mget(
+        self, keys: Iterable[Any], bridge: Bridge | None = None
+    ) -> list[bytes | None] | Awaitable[list[bytes | None]]:
         return self._read(MGet(list(keys)), bridge)
 
+    @overload
+    def set(
+        self,
+        key: str,
+        value: bytes,
+        ttl_ms: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        bridge: None = None,
+    ) -> bool: ...
+    @overload
+    def set(
+        self, key: str, value: bytes, ttl_ms: int | None, nx: bool, xx: bool, bridge: Bridge
+    ) -> Awaitable[bool]: ...
     def set(
         self,
         key: str,
@@ -47,7 +73,7 @@ class Router(Topology):
         nx: bool = False,
         xx: bool = False,
         bridge: Bridge | None = None,
-    ) -> Any:
+    ) -> bool | Awaitable[bool]:
         return self._write(Set(key, value, ttl_ms, nx, xx), bridge)
 
     def set_many(
@@ -58,10 +84,24 @@ class Router(Topology):
     def execute(self, args: Command, bridge: Bridge | None = None) -> Any:
         return self._write(Execute(args), bridge)
 
-    def pipeline(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+    @overload
+    def pipeline(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
+    @overload
+    def pipeline(self, commands: Iterable[Command], bridge: Bridge) -> Awaitable[list[Any]]: ...
+    def pipeline(
+        self, commands: Iterable[Command], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         return self._write(Pipeline(list(commands)), bridge)
 
-    def pipeline_results(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+    @overload
+    def pipeline_results(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
+    @overload
+    def pipeline_results(
+        self, commands: Iterable[Command], bridge: Bridge
+    ) -> Awaitable[list[Any]]: ...
+    def pipeline_results(
+        self, commands: Iterable[Command], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         """``pipeline`` with error replies in their places, on the node ``pipeline`` goes to
         (the primary; a read client's replica), recovered from as ``pipeline`` is (see
         calls.keeping_errors): where a transaction with ``raise_on_error=False`` runs."""
@@ -102,5 +142,5 @@ class ReplicaReads(ReadClient):
         super().__init__(router)
         self._router = router
 
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return self._router._read(call, bridge)

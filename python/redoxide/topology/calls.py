@@ -7,8 +7,8 @@ ClientLike method directly (``node.get``...), so mypy checks every call a router
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Generic, TypeVar, overload
 
 from redoxide._protocols import ClientLike, Command, KeepsErrors
 from redoxide._redoxide import Bridge
@@ -30,10 +30,13 @@ __all__ = [
     "raise_refused",
 ]
 
+#: What a call's ClientLike method returns (without a bridge; an awaitable of it with one).
+R = TypeVar("R")
 
-class Call:
+
+class Call(Generic[R]):
     """A call waiting for its node: its positional arguments, and which ClientLike method of
-    the node it runs (``method``, one line per kind)."""
+    the node it runs (``method``, one line per kind), whose reply is an `R`."""
 
     __slots__ = ("args",)
 
@@ -47,17 +50,24 @@ class Call:
         """The call on `node` as a plan step (a driver appends the bridge when it runs one)."""
         return self.method(node), self.args
 
-    def on(self, node: ClientLike, bridge: Bridge | None) -> Any:
+    @overload
+    def on(self, node: ClientLike, bridge: None) -> R: ...
+    @overload
+    def on(self, node: ClientLike, bridge: Bridge) -> Awaitable[R]: ...
+    def on(self, node: ClientLike, bridge: Bridge | None) -> R | Awaitable[R]:
         """Run the call on `node`: its reply, or (with a bridge) an awaitable of it."""
         method = self.method(node)
-        return method(*self.args) if bridge is None else method(*self.args, bridge)
+        reply: R | Awaitable[R] = (
+            method(*self.args) if bridge is None else method(*self.args, bridge)
+        )
+        return reply
 
     def command(self) -> tuple[Any, ...]:
         """The one command the call sends (to repeat it after a cluster's ASKING)."""
         raise ResponseError(f"cannot follow an ASK redirect for {type(self).__name__}")
 
 
-class Get(Call):
+class Get(Call[bytes | None]):
     """``get(key)``"""
 
     __slots__ = ()
@@ -69,7 +79,7 @@ class Get(Call):
         return ("GET", *self.args)
 
 
-class MGet(Call):
+class MGet(Call[list[bytes | None]]):
     """``mget(keys)``"""
 
     __slots__ = ()
@@ -81,7 +91,7 @@ class MGet(Call):
         return ("MGET", *self.args[0])
 
 
-class Set(Call):
+class Set(Call[bool]):
     """``set(key, value, ttl_ms, nx, xx)``"""
 
     __slots__ = ()
@@ -101,7 +111,7 @@ class Set(Call):
         return command
 
 
-class SetMany(Call):
+class SetMany(Call[Any]):
     """``set_many(keys, values, ttl_ms)``"""
 
     __slots__ = ()
@@ -110,7 +120,7 @@ class SetMany(Call):
         return node.set_many
 
 
-class Execute(Call):
+class Execute(Call[Any]):
     """``execute(command)``"""
 
     __slots__ = ()
@@ -122,7 +132,7 @@ class Execute(Call):
         return tuple(self.args[0])
 
 
-class Pipeline(Call):
+class Pipeline(Call[list[Any]]):
     """``pipeline(commands)``"""
 
     __slots__ = ()
@@ -173,7 +183,9 @@ def keeping_errors(node: Any) -> Callable[..., Any]:
         raise NotImplementedError(f"redoxide: {node!r} has no pipeline that keeps error replies")
     send = node.pipeline_results
 
-    def results(commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+    def results(
+        commands: Iterable[Command], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         commands = list(commands)
         if bridge is None:
             replies = send(commands)

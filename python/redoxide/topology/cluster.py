@@ -7,8 +7,8 @@ if the slot found a new home). Multi-key calls are cut into single-slot parts (p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar, overload
 
 from redoxide import plans
 from redoxide._protocols import ClientLike, Topology
@@ -41,6 +41,9 @@ from redoxide.topology.slots import PrimaryAt, Redirect, ReplicaOf, SlotMap, Tar
 
 __all__ = ["ClusterRouter"]
 
+R = TypeVar("R")
+T = TypeVar("T")
+
 
 class ClusterRouter(Topology):
     """A ClientLike over every node of a cluster."""
@@ -52,7 +55,11 @@ class ClusterRouter(Topology):
     def __repr__(self) -> str:
         return f"<redoxide ClusterRouter {len(self.slots.primaries)} primaries>"
 
-    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
+    @overload
+    def scan_nodes(self, bridge: None = None) -> list[Client]: ...
+    @overload
+    def scan_nodes(self, bridge: Bridge) -> Awaitable[list[Client]]: ...
+    def scan_nodes(self, bridge: Bridge | None = None) -> list[Client] | Awaitable[list[Client]]:
         """Every primary (for SCAN and the like), with a recent slot table."""
         return self.slots.scan_nodes(bridge)
 
@@ -81,7 +88,7 @@ class ClusterRouter(Topology):
             table = slots.table_now()
         return table[slot] if slot is not None else slots.primaries[0]
 
-    def _call(self, slot: int | None, call: Call) -> Any:
+    def _call(self, slot: int | None, call: Call[R]) -> R:
         """Run one single-slot call (blocking); a failure goes to `_recovery`."""
         node = self._node(slot)
         try:
@@ -89,7 +96,7 @@ class ClusterRouter(Topology):
         except CacheError as exc:
             return plans.run(self._recovery(exc, slot, node, call))
 
-    async def _acall(self, slot: int | None, call: Call, bridge: Bridge) -> Any:
+    async def _acall(self, slot: int | None, call: Call[R], bridge: Bridge) -> R:
         slots = self.slots
         table = slots.table
         if table is None or slots.suspect:
@@ -100,11 +107,12 @@ class ClusterRouter(Topology):
         except CacheError as exc:
             return await plans.arun(self._recovery(exc, slot, node, call), bridge)
 
-    def _recovery(self, exc: CacheError, slot: int | None, node: Client, call: Call) -> Plan[Any]:
+    def _recovery(self, exc: CacheError, slot: int | None, node: Client, call: Call[R]) -> Plan[R]:
         """After a single-slot call failed on `node`: follow MOVED / ASK, retry TRYAGAIN and
         the like after a pause, retry a lost connection only if the slot found a new home;
         raise a timeout or any other error."""
         slots = self.slots
+        reply: R
         for attempt in range(1, MAX_REDIRECTS + 2):
             if isinstance(exc, CacheTimeout):
                 slots.failed(node)
@@ -125,24 +133,26 @@ class ClusterRouter(Topology):
                 raise exc
             if kind is Redirect.ASK and target is not None:
                 asking = (("ASKING",), call.command())
-                return (yield target.pipeline, (asking,))[1]
+                reply = (yield target.pipeline, (asking,))[1]
+                return reply
             if target is None:  # AGAIN: the slot's owner after a pause and a fresh table
                 yield plans.pause, (RETRY_PAUSE,)
                 yield slots.relearn, ()
                 target = slots.node_for(slot)
             node = target
             try:
-                return (yield call.step(node))
+                reply = yield call.step(node)
+                return reply
             except CacheError as failed:
                 exc = failed
         raise AssertionError("unreachable")
 
-    def _route(self, slot: int | None, call: Call, bridge: Bridge | None) -> Any:
+    def _route(self, slot: int | None, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         if bridge is None:
             return self._call(slot, call)
         return self._acall(slot, call, bridge)
 
-    def _read(self, slot: int, call: Call, bridge: Bridge | None) -> Any:
+    def _read(self, slot: int, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         """A read from a replica of the slot, if there is one to ask, else from its primary."""
         replica = self.slots.replica_for(slot)
         if replica is None:
@@ -152,12 +162,30 @@ class ClusterRouter(Topology):
 
     # -- the ClientLike interface
 
-    def get(self, key: str, bridge: Bridge | None = None) -> Any:
+    @overload
+    def get(self, key: str, bridge: None = None) -> bytes | None: ...
+    @overload
+    def get(self, key: str, bridge: Bridge) -> Awaitable[bytes | None]: ...
+    def get(self, key: str, bridge: Bridge | None = None) -> bytes | Awaitable[bytes | None] | None:
         slot = key_slot(key)
         if self._config.servers.read_from_replicas:
             return self._read(slot, Get(key), bridge)
         return self._route(slot, Get(key), bridge)
 
+    @overload
+    def set(
+        self,
+        key: str,
+        value: bytes,
+        ttl_ms: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        bridge: None = None,
+    ) -> bool: ...
+    @overload
+    def set(
+        self, key: str, value: bytes, ttl_ms: int | None, nx: bool, xx: bool, bridge: Bridge
+    ) -> Awaitable[bool]: ...
     def set(
         self,
         key: str,
@@ -166,10 +194,16 @@ class ClusterRouter(Topology):
         nx: bool = False,
         xx: bool = False,
         bridge: Bridge | None = None,
-    ) -> Any:
+    ) -> bool | Awaitable[bool]:
         return self._route(key_slot(key), Set(key, value, ttl_ms, nx, xx), bridge)
 
-    def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
+    @overload
+    def mget(self, keys: Iterable[Any], bridge: None = None) -> list[bytes | None]: ...
+    @overload
+    def mget(self, keys: Iterable[Any], bridge: Bridge) -> Awaitable[list[bytes | None]]: ...
+    def mget(
+        self, keys: Iterable[Any], bridge: Bridge | None = None
+    ) -> list[bytes | None] | Awaitable[list[bytes | None]]:
         keys = [key_arg(k) for k in keys]
         slots = key_slots(keys)
         if len(set(slots)) <= 1:
@@ -338,7 +372,15 @@ class ClusterRouter(Topology):
 
         return run_parts(self.slots, parts, targets), rejoin
 
-    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: Bridge | None = None) -> Any:
+    @overload
+    def pipeline(self, commands: Iterable[Sequence[Any]], bridge: None = None) -> list[Any]: ...
+    @overload
+    def pipeline(
+        self, commands: Iterable[Sequence[Any]], bridge: Bridge
+    ) -> Awaitable[list[Any]]: ...
+    def pipeline(
+        self, commands: Iterable[Sequence[Any]], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         commands = list(commands)
         if not commands:
             return [] if bridge is None else plans.done([])
@@ -352,7 +394,9 @@ class ClusterRouter(Topology):
         plan, rejoin = self._pipeline_plan(commands, primaries)
         return rejoin(plans.run(plan))
 
-    async def _apipeline(self, commands: list[Sequence[Any]], every: bool, bridge: Bridge) -> Any:
+    async def _apipeline(
+        self, commands: list[Sequence[Any]], every: bool, bridge: Bridge
+    ) -> list[Any]:
         primaries: list[Any] = []
         if every:
             fresh = self.slots.table is not None and self.slots.fresh_enough()
@@ -362,7 +406,7 @@ class ClusterRouter(Topology):
         return rejoin(await plans.arun(plan, bridge))
 
 
-def _first(replies: list[Any]) -> Any:
+def _first(replies: list[T]) -> T:
     return replies[0]
 
 

@@ -5,7 +5,7 @@ command table of the core (src/commands.rs), which stats, the near cache and rep
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from redoxide import _redoxide
 
@@ -20,6 +20,8 @@ __all__ = [
     "slot_of",
     "slot_tag",
 ]
+
+T = TypeVar("T")
 
 key_slot = _redoxide.key_slot
 key_slots = _redoxide.key_slots
@@ -112,15 +114,16 @@ def slot_of(args: Sequence[Any]) -> int | None:
     return key_slot(key_arg(args[1]))
 
 
-def _sum(replies: list[Any]) -> Any:
-    return sum(replies)
+def _sum(replies: list[Any]) -> int:
+    total: int = sum(replies)
+    return total
 
 
-def _first(replies: list[Any]) -> Any:
+def _first(replies: list[T]) -> T:
     return replies[0]
 
 
-def _concat(replies: list[Any]) -> Any:
+def _concat(replies: list[Any]) -> list[Any]:
     return [item for reply in replies for item in reply]
 
 

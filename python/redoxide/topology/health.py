@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator
-from typing import Any
+from typing import Any, TypeVar
 
 from redoxide._protocols import ClientLike
 from redoxide.exceptions import (
@@ -16,10 +15,12 @@ from redoxide.exceptions import (
     MasterDownError,
     ResponseError,
 )
-from redoxide.plans import Step
+from redoxide.plans import Plan, Step
 from redoxide.topology.calls import Call
 
 __all__ = ["REPLICA_DOWN_SECONDS", "ReplicaHealth"]
+
+R = TypeVar("R")
 
 #: How long a replica that failed a read is left out of the read rotation.
 REPLICA_DOWN_SECONDS = 5.0
@@ -47,11 +48,13 @@ class ReplicaHealth:
             return True
         return False
 
-    def read(self, replica: ClientLike, call: Call, fallback: Step) -> Generator[Step, Any, Any]:
+    def read(self, replica: ClientLike, call: Call[R], fallback: Step) -> Plan[R]:
         """A plan: run `call` on `replica`; if it fails, leave it out for a while and take
         `fallback` (the primary), except after a timeout, whose time is spent already."""
+        reply: R
         try:
-            return (yield call.step(replica))
+            reply = yield call.step(replica)
+            return reply
         except CacheTimeout:
             self.mark_down(replica)
             raise
@@ -65,4 +68,5 @@ class ReplicaHealth:
         except CacheError:
             # A replica that is down or unreachable.
             self.mark_down(replica)
-        return (yield fallback)
+        reply = yield fallback
+        return reply

@@ -10,8 +10,8 @@ another node (whether it ran is unknown); a timeout raises (its time is spent).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, overload
 
 from redoxide import _redoxide
 from redoxide._redoxide import Bridge, Client
@@ -49,7 +49,13 @@ def together(pending: list[Any]) -> None:
             waiting.sent_with(pending)
 
 
-def send(calls: list[tuple[Client, list[Part]]], bridge: Bridge | None = None) -> Any:
+@overload
+def send(calls: list[tuple[Client, list[Part]]], bridge: None = None) -> list[Any]: ...
+@overload
+def send(calls: list[tuple[Client, list[Part]]], bridge: Bridge) -> Awaitable[list[Any]]: ...
+def send(
+    calls: list[tuple[Client, list[Part]]], bridge: Bridge | None = None
+) -> list[Any] | Awaitable[list[Any]]:
     """A step: run one pipeline per node, all at once; return each node's replies (error
     replies as ResponseError instances) or the exception that failed it as a whole."""
     if bridge is not None:

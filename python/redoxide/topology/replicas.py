@@ -4,8 +4,8 @@ the replicas that answer."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 from redoxide import plans
 from redoxide._protocols import ClientLike
@@ -17,6 +17,8 @@ from redoxide.topology.calls import Call
 from redoxide.topology.health import ReplicaHealth
 
 __all__ = ["ReplicaRouter"]
+
+R = TypeVar("R")
 
 
 class ReplicaRouter(Router):
@@ -55,12 +57,12 @@ class ReplicaRouter(Router):
                 return replica
         return None
 
-    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         replica = self.reader()
         if replica is None:
             return call.on(self.primary, bridge)
         plan = self.health.read(replica, call, call.step(self.primary))
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return call.on(self.primary, bridge)

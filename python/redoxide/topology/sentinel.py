@@ -436,7 +436,7 @@ class SentinelPrimary(Router):
 
     # -- calls
 
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[Any], bridge: Bridge | None) -> Any:
         primary = self.node
         if primary is None or self.suspect:
             plan = self._discover_then_call(call)
@@ -448,19 +448,19 @@ class SentinelPrimary(Router):
         except CacheError as exc:
             return plans.run(self._recover(exc, primary, call))
 
-    async def _acall(self, primary: Client, call: Call, bridge: Bridge) -> Any:
+    async def _acall(self, primary: Client, call: Call[Any], bridge: Bridge) -> Any:
         try:
             return await call.on(primary, bridge)
         except CacheError as exc:
             return await plans.arun(self._recover(exc, primary, call), bridge)
 
-    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[Any], bridge: Bridge | None) -> Any:
         primary = self.node
         if primary is not None and self._hold is not None:
             return call.on(primary, bridge)  # a hold is for writes: the old primary has it all
         return self._write(call, bridge)
 
-    def _discover_then_call(self, call: Call) -> Plan[Any]:
+    def _discover_then_call(self, call: Call[Any]) -> Plan[Any]:
         held_since = None
         if self._hold is not None:
             held_since = time.monotonic()
@@ -472,7 +472,7 @@ class SentinelPrimary(Router):
             return (yield from self._recover(exc, primary, call, held_since))
 
     def _recover(
-        self, exc: CacheError, primary: Client, call: Call, held_since: float | None = None
+        self, exc: CacheError, primary: Client, call: Call[Any], held_since: float | None = None
     ) -> Plan[Any]:
         """After a call to `primary` failed: retry it once on the new primary if the failure
         says the primary may have moved and asking the sentinels confirms it; else raise.
@@ -536,11 +536,11 @@ class SentinelRouter(Router):
     def owner(self, key: str) -> Client | None:
         return self.primary.owner(key)
 
-    def _read(self, call: Call, bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[Any], bridge: Bridge | None) -> Any:
         if not self.primary.settled:
             return call.on(self.primary, bridge)
         self._reads.replicas = self.primary.replicas  # as last learnt
         return self._reads._read(call, bridge)
 
-    def _write(self, call: Call, bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[Any], bridge: Bridge | None) -> Any:
         return call.on(self.primary, bridge)

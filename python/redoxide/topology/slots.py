@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 import itertools
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from redoxide._redoxide import Bridge, Client
@@ -190,7 +191,11 @@ class SlotMap:
 
     # -- steps (blocking without a bridge, awaitable with one)
 
-    def table_now(self, bridge: Bridge | None = None) -> Any:
+    @overload
+    def table_now(self, bridge: None = None) -> list[Client]: ...
+    @overload
+    def table_now(self, bridge: Bridge) -> Awaitable[list[Client]]: ...
+    def table_now(self, bridge: Bridge | None = None) -> list[Client] | Awaitable[list[Client]]:
         """The table, learnt first if there is none or it is in doubt."""
         if bridge is not None:
             return self._atable_now(bridge)
@@ -203,14 +208,18 @@ class SlotMap:
             await self._flight.arun(self._discover, self._needs_table, bridge)
         return self.known_table()
 
-    def relearn(self, bridge: Bridge | None = None) -> Any:
+    def relearn(self, bridge: Bridge | None = None) -> Awaitable[None] | None:
         """Learn the table again, unless it was just learnt."""
         if bridge is not None:
             return self._flight.arun(self._discover, self._not_fresh, bridge)
         self._flight.run(self._discover, self._not_fresh)
         return None
 
-    def scan_nodes(self, bridge: Bridge | None = None) -> Any:
+    @overload
+    def scan_nodes(self, bridge: None = None) -> list[Client]: ...
+    @overload
+    def scan_nodes(self, bridge: Bridge) -> Awaitable[list[Client]]: ...
+    def scan_nodes(self, bridge: Bridge | None = None) -> list[Client] | Awaitable[list[Client]]:
         """Every primary (for SCAN and the like), with a recent slot table."""
         if bridge is not None:
             return self._ascan_nodes(bridge)

@@ -79,7 +79,7 @@ def parse_info(text: bytes | str) -> dict[str, Any]:
     return fields
 
 
-def _number(text: str) -> Any:
+def _number(text: str) -> int | float | str:
     for kind in (int, float):
         try:
             return kind(text)
