@@ -207,8 +207,16 @@ def test_kill_and_restart_under_load_fails_fast_and_recovers(
             if e.outcome == "miss" and not (e.op == "get" and written.get(e.key, 0) < t_restart)
         ]
         assert not misses, misses
-        errs = [e.error for e in events if e.outcome == "error"]
-        unexpected = [e for e in errs if not isinstance(e, errors.ConnectionInterrupted)]
+        # A refused connect or a closed socket is ConnectionInterrupted. A call sent while the
+        # new server starts (its port bound, not yet serving: longer on a loaded host) may also
+        # wait out SOCKET_TIMEOUT, a CacheTimeout; once it answers PING, no call may time out.
+        unexpected = [
+            e.error
+            for e in events
+            if e.outcome == "error"
+            and not isinstance(e.error, errors.ConnectionInterrupted)
+            and not (isinstance(e.error, errors.CacheTimeout) and e.start < t_up)
+        ]
         assert not unexpected, unexpected
     before = [e for e in events if e.end < t_kill and e.outcome == "ok"]
     down = [e for e in events if t_kill + 0.05 < e.start and e.end < t_restart]
