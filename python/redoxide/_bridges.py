@@ -12,6 +12,7 @@ cached per thread.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import weakref
 
@@ -36,6 +37,12 @@ class _Bridges:
 
 
 _bridges = _Bridges()
+
+# Before the interpreter finalizes, runtime threads stop attaching to it (a thread waiting for
+# the GIL then would be ended in a way that aborts the process). Registered at import, so it
+# runs after the exit hooks of whatever imported redoxide later (hooks run last-in first-out),
+# which may still await the cache.
+atexit.register(_redoxide._interpreter_exits)
 
 
 def bridge() -> _redoxide.Bridge:

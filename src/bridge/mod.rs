@@ -34,6 +34,7 @@ pub use slot::{CompletionGuard, Slot};
 /// Add the asyncio bridge's classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Bridge>()?;
+    m.add_function(wrap_pyfunction!(queue::_interpreter_exits, m)?)?;
     m.add_class::<Pending>()?;
     Ok(())
 }

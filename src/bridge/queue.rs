@@ -101,11 +101,48 @@ struct Poster {
     drain: Py<Drain>,
 }
 
+/// Set when the interpreter exits (an `atexit` hook, which runs before it finalizes): from then
+/// on no runtime thread attaches to it.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Runtime threads between deciding to attach and having detached again.
+static ATTACHING: AtomicUsize = AtomicUsize::new(0);
+/// Longest the exit hook waits for runtime threads still attached (each holds the GIL for one
+/// `call_soon_threadsafe`): an exit is never held up longer.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Called once the interpreter exits, before it finalizes: stop runtime threads attaching, and
+/// wait (the GIL released) for those already attaching or attached. A thread that waits for the
+/// GIL when finalization begins is ended by CPython before 3.14 with `pthread_exit`, whose
+/// forced unwinding aborts the process when it meets a `catch_unwind` (tokio's blocking pool):
+/// a clean exit would end with SIGABRT. Python objects released by runtime threads afterwards
+/// go to PyO3's pending decrefs, which need no attaching.
+#[pyfunction]
+pub fn _interpreter_exits(py: Python<'_>) {
+    EXITING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + EXIT_WAIT;
+        while ATTACHING.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    });
+}
+
+/// `f` attached to the interpreter from a thread Python did not start, unless the interpreter
+/// is exiting or finalizing (None then).
+fn attach_from_runtime<R>(f: impl FnOnce(Python<'_>) -> R) -> Option<R> {
+    // SeqCst on both sides (here: count, then read the flag; the hook: set the flag, then read
+    // the count): either this thread sees the flag, or the hook sees the count and waits.
+    ATTACHING.fetch_add(1, Ordering::SeqCst);
+    let result = if EXITING.load(Ordering::SeqCst) { None } else { Python::try_attach(f) };
+    ATTACHING.fetch_sub(1, Ordering::SeqCst);
+    result
+}
+
 impl Poster {
     /// Schedule the drain on the loop, taking the GIL for it.
     fn post(&self) {
         // Not during interpreter shutdown: nobody is left to wake.
-        let posted = Python::try_attach(|py| {
+        let posted = attach_from_runtime(|py| {
             let Ok(event_loop) = self.event_loop.bind(py).call0() else { return false };
             // None: the loop is gone, and its tasks with it. A closed loop refuses
             // (RuntimeError): its tasks will never run again.

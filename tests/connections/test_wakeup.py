@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import sys
 import time
 import weakref
@@ -187,3 +188,54 @@ def test_threadsafe_wakeups_after_the_loop_closed_are_dropped(
         assert time.monotonic() < deadline, "the paused write was never applied"
         time.sleep(0.01)
     assert asyncio.run(cache.aget("k")) == 2
+
+
+EXIT_WHILE_A_WAKEUP_IS_POSTED = """
+import asyncio, os, sys, threading, time
+sys.setswitchinterval(1000)  # a thread waiting for the GIL gets it only when this one blocks
+import django
+from django.conf import settings
+settings.configure()
+django.setup()
+from redoxide import RedisCache
+from redoxide._bridges import bridge
+
+cache = RedisCache(sys.argv[1], {})
+
+class SlowPosts(asyncio.SelectorEventLoop):
+    # A wake-up posted by the runtime blocks (the GIL released) inside call_soon_threadsafe,
+    # long enough for the interpreter to exit meanwhile.
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+class Teardown:
+    def __del__(self, sleep=time.sleep, write=os.write):
+        write(1, b"torn down\\n")
+        sleep(0.5)  # hands the GIL over after the interpreter began to finalize
+
+kept_until_teardown = Teardown()
+
+async def answered_later():
+    await cache._client.pipeline([("BLPOP", "nothing", "0.1")], bridge())
+
+loop = SlowPosts()
+loop.run_until_complete(cache.aset("k", 1))
+unfinished = loop.create_task(answered_later())
+loop.call_later(0.2, loop.stop)  # its wake-up is being posted now, and the script ends
+loop.run_forever()
+print("stopped", flush=True)
+"""
+
+
+def test_an_exit_while_a_wakeup_is_being_posted_is_clean(redis_server: RedisServer) -> None:
+    # A runtime thread attached to the interpreter when it finalizes is ended by CPython
+    # (before 3.14) in a way that aborts the process, or the exit skips the interpreter's
+    # teardown: the exit hook lets it finish, and stops runtime threads attaching, first.
+    env = {**os.environ, ENV: "threadsafe"}
+    result = subprocess.run(
+        [sys.executable, "-c", EXIT_WHILE_A_WAKEUP_IS_POSTED, redis_server.url],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, "stopped\ntorn down\n"), result.stderr
