@@ -46,6 +46,8 @@ pub enum Keys {
     Counted,
     /// After the word STREAMS.
     Streams,
+    /// Every other word after the count in the second word (MSETEX: count, key, value...).
+    CountedPairs,
 }
 
 /// How a cluster runs a command.
@@ -84,7 +86,7 @@ impl Facts {
 }
 
 use Effect::{Control, Flush, Read, Write};
-use Keys::{All, Counted, First, Pairs, Streams, Third, Two, Zero};
+use Keys::{All, Counted, CountedPairs, First, Pairs, Streams, Third, Two, Zero};
 use Route::{
     EachKeyInOrder, EachKeySummed, EveryPrimary, EveryPrimaryJoined, EveryPrimarySummed, Slot,
 };
@@ -108,6 +110,7 @@ pub const TABLE: &[Facts] = &[
     row("BGSAVE", Control, Zero),
     row("CLIENT", Control, Zero),
     row("CLUSTER", Control, Zero),
+    row("CLUSTERSCAN", Read, Zero),
     row("COMMAND", Read, Zero),
     row("CONFIG", Control, Zero),
     row("COPY", Write, Two),
@@ -116,6 +119,8 @@ pub const TABLE: &[Facts] = &[
     row("DECR", Write, First),
     row("DECRBY", Write, First),
     routed("DEL", Write, All, EachKeySummed),
+    row("DELEX", Write, First),
+    row("DELIFEQ", Write, First),
     row("DISCARD", Control, Zero),
     row("DUMP", Read, First),
     row("ECHO", Read, Zero),
@@ -177,6 +182,7 @@ pub const TABLE: &[Facts] = &[
     routed("MGET", Read, All, EachKeyInOrder),
     row("MODULE", Control, Zero),
     row("MSET", Write, Pairs),
+    row("MSETEX", Write, CountedPairs),
     row("MSETNX", Write, Pairs),
     row("MULTI", Control, Zero),
     row("OBJECT", Read, Third),
@@ -322,6 +328,7 @@ fn keys_name(keys: Keys) -> &'static str {
         Third => "third",
         Counted => "counted",
         Streams => "streams",
+        CountedPairs => "counted_pairs",
     }
 }
 

@@ -10,6 +10,7 @@ mod ffi;
 mod fuzz_tests;
 mod idle;
 mod near;
+mod offers;
 mod proto;
 mod py;
 mod runtime;

@@ -9,6 +9,7 @@ use redis::{Pipeline, Value};
 
 use crate::credentials::Cell;
 use crate::errors::{Error, Result};
+use crate::offers::Offers;
 use crate::proto::Replies;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +19,12 @@ enum Step {
     ReadOnly,
     /// CLIENT SETINFO: servers before 7.2 refuse it, and that is no reason to fail.
     SetInfo,
+    /// HELLO without a protocol version (it changes nothing): the server's name, version and
+    /// modules. A server before 6 refuses it: nothing is learnt, no reason to fail.
+    Hello,
+    /// `COMMAND INFO` of the commands whose names differ between servers (an ACL user may
+    /// be refused it: then the version decides).
+    Probe,
 }
 
 /// The packed handshake of one server's connections.
@@ -28,6 +35,8 @@ pub struct Handshake {
     steps: Vec<Step>,
     /// Credentials that change (`CREDENTIAL_PROVIDER`): AUTH goes first, with the current ones.
     creds: Option<Arc<Cell>>,
+    /// What the server offers, learnt from HELLO and the probe (`learning`).
+    offers: Option<Arc<Offers>>,
 }
 
 impl Handshake {
@@ -73,7 +82,26 @@ impl Handshake {
                 steps.push(Step::SetInfo);
             }
         }
-        Handshake { packed: pipe.get_packed_pipeline(), steps, creds: None }
+        Handshake { packed: pipe.get_packed_pipeline(), steps, creds: None, offers: None }
+    }
+
+    /// Also ask the server what it offers (HELLO, then `COMMAND INFO` of the commands whose
+    /// names differ), learnt into `offers` from every connection's handshake replies (by
+    /// `check`, or where nobody waits for them, in front of the first command's): renewed on
+    /// each reconnect.
+    pub fn learning(mut self, offers: Arc<Offers>) -> Self {
+        let mut pipe = Pipeline::new();
+        pipe.add_command(redis::cmd("HELLO"));
+        let mut probe = redis::cmd("COMMAND");
+        probe.arg("INFO");
+        for (name, _) in crate::offers::PROBED {
+            probe.arg(name);
+        }
+        pipe.add_command(probe);
+        self.packed.extend_from_slice(&pipe.get_packed_pipeline());
+        self.steps.extend([Step::Hello, Step::Probe]);
+        self.offers = Some(offers);
+        self
     }
 
     /// Authenticate with the credentials in `creds`, for a handshake built without a password
@@ -158,11 +186,14 @@ impl Handshake {
     }
 
     /// Whether a connection must wait for the replies before its first command: not when
-    /// the handshake is only CLIENT SETINFO, whose replies are read and dropped in front of
-    /// the first command's (so naming the client costs no round trip).
+    /// the handshake is only CLIENT SETINFO, HELLO and the probe, whose replies are read in
+    /// front of the first command's (so naming the client and learning what the server offers
+    /// cost no round trip, and a stalled server is a command's timeout, not the connect's):
+    /// the offers are learnt from them there (`Offers::learn_discarded`).
     pub fn needs_answer(&self) -> bool {
-        self.steps.iter().any(|step| *step != Step::SetInfo)
+        self.steps.iter().any(|step| !matches!(step, Step::SetInfo | Step::Hello | Step::Probe))
     }
+
 
     /// The bytes to write (no credentials that change: see `start`).
     #[cfg(test)]
@@ -183,9 +214,15 @@ impl Handshake {
             Value::Array(items) => items,
             one => vec![one],
         };
+        let (mut hello, mut probe) = (None, None);
         for (step, reply) in self.steps.iter().zip(&replies) {
+            match step {
+                Step::Hello => hello = Some(reply),
+                Step::Probe => probe = Some(reply),
+                _ => {}
+            }
             let Value::ServerError(err) = reply else { continue };
-            if *step == Step::SetInfo {
+            if matches!(step, Step::SetInfo | Step::Hello | Step::Probe) {
                 continue;
             }
             return Err(if *step == Step::Auth || err.code() == "NOAUTH" {
@@ -195,6 +232,9 @@ impl Handshake {
             } else {
                 Error::from_reply(err, &format!("Redis at {addr} refused the connection settings"))
             });
+        }
+        if let (Some(offers), Some(hello)) = (&self.offers, hello) {
+            offers.learn(hello, probe);
         }
         Ok(())
     }
@@ -267,5 +307,30 @@ mod tests {
         let bad_db = reply(b"-ERR DB index is out of range\r\n");
         let replies = Value::Array(vec![bad_db, Value::Okay, Value::Okay]);
         assert!(matches!(hs.check(replies, "h:1"), Err(Error::Response { .. })));
+    }
+
+    #[test]
+    fn a_learning_handshake_asks_last_and_learns_from_any_connection() {
+        let offers = Arc::new(Offers::default());
+        let alone = Handshake::identified(None, None, 0, false, Some(("redoxide", "1.2.3")))
+            .learning(Arc::new(Offers::default()));
+        assert!(!alone.needs_answer());
+        let hs = Handshake::identified(None, None, 2, false, None).learning(Arc::clone(&offers));
+        assert!(hs.needs_answer());
+        assert_eq!(hs.replies(), Replies::Many(3));
+        let text = String::from_utf8_lossy(hs.packed()).into_owned();
+        assert!(text.contains("*1\r\n$5\r\nHELLO\r\n*6\r\n$7\r\nCOMMAND\r\n$4\r\nINFO"), "{text}");
+        let hello = reply(b"*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2\r\n");
+        let probe = reply(b"*4\r\n*0\r\n*0\r\n_\r\n*0\r\n");
+        let replies = Value::Array(vec![Value::Okay, hello, probe]);
+        assert!(hs.check(replies, "h:1").is_ok());
+        assert!(offers.has(crate::offers::MSETEX | crate::offers::DELIFEQ));
+        assert!(!offers.has(crate::offers::DELEX));
+        // A server before 6 refuses HELLO and COMMAND INFO's names: no reason to fail.
+        let old = reply(b"-ERR unknown command 'HELLO'\r\n");
+        let fresh = Arc::new(Offers::default());
+        let hs = Handshake::identified(None, None, 0, false, None).learning(Arc::clone(&fresh));
+        assert!(hs.check(Value::Array(vec![old.clone(), old]), "h:1").is_ok());
+        assert!(!fresh.known());
     }
 }

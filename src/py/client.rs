@@ -284,6 +284,64 @@ impl Client {
         self.stats.to_py(py)
     }
 
+    /// What the server offers, as its connections learnt it (HELLO and a probe, on each new
+    /// connection): None until one told, else `{"server", "version", "modules", "offers"}`,
+    /// "offers" the names of what it has of MSETEX, SET IFEQ, DELIFEQ, DELEX, CLUSTERSCAN
+    /// and Lua.
+    #[getter]
+    fn offers<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let offers = self.transport.offers();
+        let Some(server) = offers.server().filter(|_| offers.known()) else { return Ok(None) };
+        let out = PyDict::new(py);
+        out.set_item("server", server.name)?;
+        out.set_item("version", server.version)?;
+        out.set_item("modules", server.modules)?;
+        let bits = offers.bits();
+        let names: Vec<&str> = crate::offers::NAMES
+            .iter()
+            .filter(|(bit, _)| bits & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        out.set_item("offers", names)?;
+        out.set_item("scripts_refused", offers.scripts_refused())?;
+        Ok(Some(out))
+    }
+
+    /// Whether scripts are known not to run on this server: one was refused (an ACL user
+    /// without `@scripting`), or it has no Lua engine. Renewed when a new connection learns.
+    #[getter]
+    fn scripts_refused(&self) -> bool {
+        self.transport.offers().scripts_refused()
+    }
+
+    /// Note that a script was refused here: script-free paths until a new connection learns.
+    fn refuse_scripts(&self) {
+        self.transport.offers().refuse_scripts();
+    }
+
+    /// Learn what the server offers from replies Python read (a TLS client's async
+    /// connection, which has no handshake of ours): HELLO's server, version and module names,
+    /// and which of MSETEX, DELIFEQ, DELEX, CLUSTERSCAN `COMMAND INFO` found (None if it was
+    /// refused).
+    #[pyo3(signature = (server, version, modules, probed=None))]
+    fn learn_offers(
+        &self,
+        server: String,
+        version: String,
+        modules: Vec<String>,
+        probed: Option<Vec<bool>>,
+    ) -> PyResult<()> {
+        let probed = match probed {
+            None => None,
+            Some(found) => Some(<[bool; crate::offers::PROBED.len()]>::try_from(found).map_err(
+                |_| PyValueError::new_err("probed names MSETEX, DELIFEQ, DELEX and CLUSTERSCAN"),
+            )?),
+        };
+        let server = crate::offers::Server { name: server.to_ascii_lowercase(), version, modules };
+        self.transport.offers().set(server, probed);
+        Ok(())
+    }
+
     /// Zero this client's counters; the open connections too only if `connections` (a
     /// forked child, whose inherited connections are its parent's).
     #[pyo3(signature = (*, connections=false))]
@@ -337,7 +395,8 @@ impl Client {
         })
     }
 
-    /// Store several values in one round trip: MSET, or one SET PX each when they expire.
+    /// Store several values in one round trip: MSET; when they expire, one MSETEX where the
+    /// server offers it, else one SET PX each.
     #[pyo3(signature = (keys, values, ttl_ms=None, bridge=None))]
     fn set_many(
         &self,
@@ -363,6 +422,16 @@ impl Client {
                         push_arg(&mut cmd, k)?;
                         push_arg(&mut cmd, v)?;
                     }
+                    Request::Cmd(cmd)
+                }
+                Some(ms) if keys.len() > 1 && self.transport.offers().has(crate::offers::MSETEX) => {
+                    let mut cmd = redis::cmd("MSETEX");
+                    cmd.arg(keys.len());
+                    for (k, v) in keys.iter().zip(&values) {
+                        push_arg(&mut cmd, k)?;
+                        push_arg(&mut cmd, v)?;
+                    }
+                    cmd.arg("PX").arg(ms.max(1));
                     Request::Cmd(cmd)
                 }
                 Some(ms) => {

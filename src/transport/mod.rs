@@ -44,6 +44,8 @@ pub struct PlainConfig {
     pub addr: Arc<str>,
     /// The client's counters (bytes, connections, reconnects).
     pub stats: Arc<Stats>,
+    /// What the server offers, learnt by the handshake of every new connection.
+    pub offers: Arc<crate::offers::Offers>,
 }
 
 /// How one client reaches its server.
@@ -63,6 +65,14 @@ pub struct Timeouts {
 }
 
 impl Transport {
+    /// What the server offers, as its connections learnt it.
+    pub fn offers(&self) -> &Arc<crate::offers::Offers> {
+        match self {
+            Transport::Plain { config, .. } => &config.offers,
+            Transport::Tls(tls) => &tls.offers,
+        }
+    }
+
     /// The transport for a parsed LOCATION (credentials and database already applied).
     /// `readonly` sends READONLY on every connection (reads from a cluster replica). `creds`:
     /// credentials that change, which replace any password in `info`.
@@ -91,9 +101,11 @@ impl Transport {
         let settings = info.redis_settings();
         let library = Some(("redoxide", env!("CARGO_PKG_VERSION")));
         let password = if creds.is_some() { None } else { settings.password() };
+        let offers = Arc::<crate::offers::Offers>::default();
         let handshake =
             Handshake::identified(settings.username(), password, settings.db(), readonly, library)
-                .with_credentials(creds);
+                .with_credentials(creds)
+                .learning(Arc::clone(&offers));
         let config = Arc::new(PlainConfig {
             target,
             handshake,
@@ -101,6 +113,7 @@ impl Transport {
             response_timeout: timeouts.response,
             addr: Arc::clone(addr),
             stats: Arc::clone(stats),
+            offers,
         });
         Ok(Transport::Plain {
             mux: mux::Mux::new(Arc::clone(&config)),

@@ -45,6 +45,9 @@ pub struct TlsTransport {
     readonly: bool,
     addr: Arc<str>,
     pub stats: Arc<Stats>,
+    /// What the server offers: learnt by each new blocking connection (the async one is
+    /// redis-rs' manager, which reconnects with no hook: Python asks through it instead).
+    pub offers: Arc<crate::offers::Offers>,
 }
 
 /// What the I/O runtime's tasks need too: the client and the async connection.
@@ -104,6 +107,7 @@ impl TlsTransport {
             readonly,
             addr: Arc::clone(addr),
             stats: Arc::clone(stats),
+            offers: Arc::default(),
         })
     }
 }
@@ -184,6 +188,19 @@ impl TlsTransport {
         }
     }
 
+    /// Learn what the server offers on a new connection (as a plain one's handshake does);
+    /// a refusal teaches nothing and fails nothing.
+    fn learn(&self, conn: &mut redis::Connection) {
+        let Ok(hello) = redis::cmd("HELLO").query::<redis::Value>(conn) else { return };
+        let mut probe = redis::cmd("COMMAND");
+        probe.arg("INFO");
+        for (name, _) in crate::offers::PROBED {
+            probe.arg(name);
+        }
+        let probe = probe.query::<redis::Value>(conn).ok();
+        self.offers.learn(&hello, probe.as_ref());
+    }
+
     /// One try; `auth_gen` is set to the generation of the credentials it used.
     fn connect_once(&self, timeout: Duration, auth_gen: &mut u64) -> Result<TlsLink> {
         let connect_timeout = self.timeouts.connect;
@@ -208,6 +225,7 @@ impl TlsTransport {
         if self.readonly {
             redis::cmd("READONLY").query::<()>(&mut conn).map_err(|e| self.shared.fail(&e))?;
         }
+        self.learn(&mut conn);
         Ok(TlsLink {
             conn,
             creds: self.shared.creds.clone(),

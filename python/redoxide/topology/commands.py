@@ -42,8 +42,9 @@ _SUMMED_REPLIES = _named(lambda _e, _k, route: route in {"each_key_summed", "eve
 _JOINED_REPLIES = _named(lambda _effect, _keys, route: route == "every_primary_joined")
 # Keyless commands (those of EVERY_PRIMARY aside, answered by any node).
 _KEYLESS = _named(lambda _effect, keys, _route: keys == "none")
-# Commands whose key is the third word (after a subcommand).
-_KEY_THIRD = _named(lambda _effect, keys, _route: keys == "third")
+# Commands whose (first) key is the third word: after a subcommand, or after the count of
+# MSETEX's key-value pairs.
+_KEY_THIRD = _named(lambda _effect, keys, _route: keys in ("third", "counted_pairs"))
 # The scripts: the keys follow their count.
 _SCRIPTS = _named(lambda _effect, keys, _route: keys == "counted")
 # The key follows the word STREAMS.

@@ -35,6 +35,9 @@ class Probe:
     version: str | None = None
     #: The server's own view: "master", "slave" or "sentinel".
     role: str | None = None
+    #: What it offers beyond every supported server's commands (MSETEX, SET IFEQ, DELIFEQ,
+    #: DELEX, CLUSTERSCAN, Lua), as its connection learnt it; None if not known.
+    offers: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The probe as plain data (for --json)."""
@@ -45,6 +48,7 @@ class Probe:
             "rtt_ms": None if self.rtt_ms is None else round(self.rtt_ms, 3),
             "version": self.version,
             "role": self.role,
+            "offers": None if self.offers is None else list(self.offers),
             "error": self.error,
         }
 
@@ -96,8 +100,10 @@ def probe(node: Node, *, info: bool = True) -> Probe:
     except CacheError as exc:
         return Probe(node, False, error=describe(exc))
     rtt_ms = (time.perf_counter() - start) * 1000
+    learnt = node.client.offers
+    offers = None if learnt is None else tuple(learnt["offers"])
     if not info:
-        return Probe(node, True, rtt_ms)
+        return Probe(node, True, rtt_ms, offers=offers)
     try:
         server = parse_info(node.client.execute(("INFO", "server")))
         # Valkey names the field server_mode; Redis, redis_mode.
@@ -106,11 +112,18 @@ def probe(node: Node, *, info: bool = True) -> Probe:
         if role is None:
             role = parse_info(node.client.execute(("INFO", "replication"))).get("role")
     except CacheError:  # e.g. an ACL user without INFO: the node answered all the same
-        return Probe(node, True, rtt_ms)
+        return Probe(node, True, rtt_ms, offers=offers)
     name = str(server.get("server_name") or "redis")
     number = server.get(f"{name}_version", server.get("redis_version"))
     version = None if number is None else f"{name} {number}"
-    return Probe(node, True, rtt_ms, version=version, role=None if role is None else str(role))
+    return Probe(
+        node,
+        True,
+        rtt_ms,
+        version=version,
+        role=None if role is None else str(role),
+        offers=offers,
+    )
 
 
 def node_info(node: Node, sections: tuple[str, ...]) -> dict[str, Any]:

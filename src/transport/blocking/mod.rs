@@ -402,7 +402,12 @@ impl Blocking {
         if !window.is_zero() {
             self.spin.record(started.elapsed(), !missed);
         }
-        replies.drain(..std::mem::take(&mut self.discard));
+        let discard = std::mem::take(&mut self.discard);
+        if discard > 0 {
+            // A handshake's replies (or a reauthentication's): what the server offers.
+            let dropped: Vec<Value> = replies.drain(..discard).collect();
+            self.config.offers.learn_discarded(&Value::Array(dropped));
+        }
         Ok(match shape {
             Replies::One => replies.pop().unwrap_or(Value::Nil),
             Replies::Many(_) => Value::Array(replies),
@@ -449,6 +454,7 @@ mod tests {
             response_timeout: Duration::from_secs(2),
             addr: "test".into(),
             stats: Arc::default(),
+            offers: Arc::default(),
         })
     }
 
@@ -573,6 +579,7 @@ mod tests {
             response_timeout: Duration::from_millis(200),
             addr: "test".into(),
             stats: Arc::default(),
+            offers: Arc::default(),
         });
         let mut conn = Blocking::connect(&cfg).unwrap();
         let started = Instant::now();

@@ -438,8 +438,10 @@ impl Line {
         }
         let (answered, unasked) = lock(&self.state).waiting.deliver_all(values, addr);
         for (w, answer) in answered {
-            if let Some(ticket) = w.ticket {
-                ticket.complete(Ok(answer));
+            match w.ticket {
+                Some(ticket) => ticket.complete(Ok(answer)),
+                // A handshake's replies (or a reauthentication's): what the server offers.
+                None => self.config.offers.learn_discarded(&answer),
             }
         }
         unasked.or(unreadable).map_or(Ok(()), Err)
@@ -494,6 +496,7 @@ mod tests {
             response_timeout: timeout,
             addr: "test".into(),
             stats: Arc::default(),
+            offers: Arc::default(),
         })
     }
 

@@ -11,8 +11,9 @@ use crate::proto::Reply;
 pub enum Done {
     /// An awaitable: the slot, and the loop queue that wakes its task.
     Loop { slot: Arc<Slot>, queue: Arc<LoopQueue> },
-    /// Nobody: the replies of a handshake sent without waiting for them.
-    Discard,
+    /// Nobody: the replies of a handshake sent without waiting for them (what the server
+    /// offers is learnt from them), or of a reauthentication.
+    Discard(Option<Arc<crate::offers::Offers>>),
 }
 
 impl Done {
@@ -20,7 +21,12 @@ impl Done {
     pub fn complete(self, outcome: Result<Reply>) {
         match self {
             Done::Loop { slot, queue } => slot.complete(outcome, &queue),
-            Done::Discard => {}
+            Done::Discard(Some(offers)) => {
+                if let Ok(replies) = outcome {
+                    offers.learn_discarded(&replies);
+                }
+            }
+            Done::Discard(None) => {}
         }
     }
 }

@@ -354,7 +354,7 @@ impl Shared {
         let mut packed = packed;
         if let Phase::Ready(_) = st.phase {
             if let Some(mut auth) = self.config.handshake.reauth(&mut st.auth_gen) {
-                let waiter = Waiter { done: Done::Discard, deadline, replay: None };
+                let waiter = Waiter { done: Done::Discard(None), deadline, replay: None };
                 st.waiting.push(waiter, Replies::One);
                 auth_len = auth.len();
                 auth.extend_from_slice(&packed);

@@ -47,7 +47,8 @@ pub(super) async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
         }
         if unanswered > 0 {
             // The handshake's replies come first: read and dropped.
-            let waiter = Waiter { done: Done::Discard, deadline: answer_by, replay: None };
+            let done = Done::Discard(Some(Arc::clone(&config.offers)));
+            let waiter = Waiter { done, deadline: answer_by, replay: None };
             st.waiting.push_front(waiter, Replies::Many(unanswered));
         }
         if !st.outbuf.is_empty() {

@@ -1,5 +1,6 @@
 """``manage.py cache_ping [alias]``: PING every node of a redoxide cache (of every one without
-an alias), with the round trip, the server's version and its role."""
+an alias), with the round trip, the server's version, its role, and what it offers beyond
+every supported server's commands (MSETEX, SET IFEQ, DELIFEQ, DELEX, CLUSTERSCAN, Lua)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ def _line(answer: Probe) -> str:
         return f"  {node.kind:<8} {node.address:<22} DOWN  {answer.error}"
     rtt = f"{answer.rtt_ms:.3f} ms" if answer.rtt_ms is not None else "-"
     version, role = answer.version or "-", answer.role or "-"
-    return f"  {node.kind:<8} {node.address:<22} {rtt:>10}  {version}  {role}"
+    offers = "-" if answer.offers is None else ", ".join(answer.offers) or "none"
+    return f"  {node.kind:<8} {node.address:<22} {rtt:>10}  {version}  {role}  offers: {offers}"
 
 
 class Command(EveryAliasCommand):
     help = (
         "PING every node of a redoxide cache (every redoxide cache without an alias): round "
-        "trip, server version and role. Exits 1 if any node does not answer."
+        "trip, server version, role and what it offers (MSETEX, SET IFEQ, DELIFEQ, DELEX, "
+        "CLUSTERSCAN, Lua). Exits 1 if any node does not answer."
     )
 
     def run(self, **options: Any) -> None:
