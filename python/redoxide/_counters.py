@@ -2,8 +2,11 @@
 
 incr is one INCRBY, inside a script that refuses a missing key (Django's contract). A value
 INCRBY cannot add to (a pickled number, an int past 64 bits, a float delta) is added in Python
-and written back with a compare-and-set script, retried while other writers get in first, so
-no increment is ever lost.
+and written back with a compare-and-set (SET IFEQ where the server offers it, else a script),
+retried while other writers get in first, so no increment is ever lost. Where scripts do not
+run (an ACL user without @scripting, no Lua engine), every incr takes that compare-and-set
+path: atomic all the same, one round trip more; without SET IFEQ either, it raises
+ScriptingUnavailableError. incr_version is one RENAME (no script).
 """
 
 from __future__ import annotations
@@ -12,6 +15,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from redoxide import _scripts
+from redoxide._offers import (
+    conditional_delete,
+    has,
+    node_of,
+    note_refused,
+    refused,
+    scripts_refused,
+    scripts_unavailable,
+)
 from redoxide.exceptions import CacheTimeout, CrossSlotError, NoScriptError, ResponseError
 
 if TYPE_CHECKING:
@@ -24,6 +36,11 @@ __all__ = ["CountersMixin"]
 
 class CountersMixin:
     """The plans of incr, decr, incr_version and decr_version."""
+
+    #: Set once a script was refused to this instance: from then on incr asks the key's node
+    #: whether scripts run there before sending one (not asked before: incr is on the request
+    #: path).
+    _scripts_refused_seen = False
 
     if TYPE_CHECKING:  # what RedisCache provides
         _client: ClientLike
@@ -43,6 +60,8 @@ class CountersMixin:
         if create:
             command: tuple[Any, ...] = ("INCRBY", made, delta)
         else:
+            if self._scripts_refused_seen and scripts_refused(node_of(c, made)):
+                return (yield from self._incr_checked(key, made, delta, create))
             command = ("EVALSHA", _scripts.INCR_SHA, 1, made, delta)
         # The script's EVALSHA is written out here rather than through _eval: incr is on the
         # request path, and the delegation costs ~1,600 instructions a call (callgrind).
@@ -53,6 +72,11 @@ class CountersMixin:
                 # The server has not seen the script yet (or flushed it): send it whole once.
                 value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
         except ResponseError as exc:
+            if not create and refused(exc):
+                # No scripts here: the compare-and-set path, atomic without one.
+                yield from note_refused(node_of(c, made))
+                self._scripts_refused_seen = True
+                return (yield from self._incr_checked(key, made, delta, create))
             if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
                 raise
             # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta, a sum
@@ -75,12 +99,7 @@ class CountersMixin:
             if data is None and not create:
                 raise ValueError(f"Key '{key}' not found.")
             value = (0 if data is None else self._decode(data, key)) + delta
-            written = yield from self._eval(
-                _scripts.COMPARE_AND_SET,
-                _scripts.COMPARE_AND_SET_SHA,
-                (made,),
-                (b"" if data is None else data, self._encode(value, key), int(data is None)),
-            )
+            written = yield from self._compare_and_set(key, made, data, self._encode(value, key))
             if written == 1:
                 return value
             if written == -1 and not create:
@@ -92,6 +111,33 @@ class CountersMixin:
                     f"{self._config.connection.socket_timeout} s (SOCKET_TIMEOUT); "
                     "nothing was written"
                 )
+
+    def _compare_and_set(self, key: Any, made: str, old: bytes | None, new: bytes) -> Plan[int]:
+        """Write `new` (keeping the TTL) only while `made` still holds `old`, or (`old` None)
+        only while it is still missing: 1 written, 0 changed meanwhile, -1 deleted meanwhile
+        (SET IFEQ cannot tell 0 from -1: the caller's next read does)."""
+        c = self._client
+        node = node_of(c, made)
+        if not has(node, "SET IFEQ"):
+            try:
+                written: int = yield from self._eval(
+                    _scripts.COMPARE_AND_SET,
+                    _scripts.COMPARE_AND_SET_SHA,
+                    (made,),
+                    (b"" if old is None else old, new, int(old is None)),
+                )
+                return written
+            except ResponseError as exc:
+                if not refused(exc):
+                    raise
+                yield from note_refused(node)
+                if not has(node, "SET IFEQ"):  # learnt meanwhile, if it was not
+                    raise scripts_unavailable(f"incr of key {key!r}", exc) from exc
+        if old is None:
+            command: tuple[Any, ...] = ("SET", made, new, "NX")
+        else:
+            command = ("SET", made, new, "IFEQ", old, "KEEPTTL")
+        return 1 if (yield c.execute, (command,)) else 0
 
     def _eval(
         self, script: str, sha: str, keys: tuple[Any, ...], args: tuple[Any, ...]
@@ -110,11 +156,17 @@ class CountersMixin:
         old, new = self._key(key, version), self._key(key, version + delta)
         c = self._client
         try:
-            moved = yield c.execute, (("EVAL", _scripts.RENAME, 2, old, new),)
+            # RENAME moves the value and its TTL in one step, and refuses a missing key.
+            yield c.execute, (("RENAME", old, new),)
+            moved = True
         except CrossSlotError:
             # A cluster keeps the two versions in different slots (unless the key has a
-            # {hash tag}): no script sees both, so the move is a copy and a delete.
+            # {hash tag}): no command sees both, so the move is a copy and a delete.
             moved = yield from self._move_across_slots(key, old, new)
+        except ResponseError as exc:
+            if exc.code != "ERR" or "no such key" not in str(exc).lower():
+                raise
+            moved = False
         if not moved:
             raise ValueError(f"Key '{key}' not found.")
         return version + delta
@@ -131,11 +183,31 @@ class CountersMixin:
                 return False
             store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
             yield c.execute, (store,)  # acknowledged before the old one goes
-            # The lock release script: DEL only while the key holds exactly `data`.
-            if (yield c.execute, (("EVAL", _scripts.RELEASE, 1, old, data),)):
+            # DEL only while the key holds exactly `data`.
+            if (yield from self._delete_if_holds(f"incr_version of key {key!r}", old, data)):
                 return True
             if time.monotonic() >= deadline:
                 raise CacheTimeout(
                     f"incr_version of key {key!r}: its value kept changing while it was "
                     f"copied for {self._config.connection.socket_timeout} s (SOCKET_TIMEOUT)"
                 )
+
+    def _delete_if_holds(self, what: str, name: str, value: bytes) -> Plan[bool]:
+        """Delete `name` only while it holds `value`: DELIFEQ / DELEX where the node offers one,
+        else the release script (ScriptingUnavailableError, naming `what`, where that is
+        refused)."""
+        c = self._client
+        node = node_of(c, name)
+        command = conditional_delete(node, name, value)
+        if command is not None:
+            return bool((yield c.execute, (command,)))
+        try:
+            return bool((yield c.execute, (("EVAL", _scripts.RELEASE, 1, name, value),)))
+        except ResponseError as exc:
+            if not refused(exc):
+                raise
+            yield from note_refused(node)
+            command = conditional_delete(node, name, value)  # learnt meanwhile, if it was not
+            if command is None:
+                raise scripts_unavailable(what, exc) from exc
+            return bool((yield c.execute, (command,)))

@@ -8,7 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from redoxide import _scripts, plans
-from redoxide.exceptions import CacheError, SerializationError
+from redoxide._offers import node_of, note_refused, refused, release_command, scripts_refused
+from redoxide.exceptions import CacheError, ResponseError, SerializationError
 from redoxide.topology.commands import same_slot
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ __all__ = ["RecomputeMixin"]
 
 class RecomputeMixin:
     """The plan of get_or_set and aget_or_set."""
+
+    #: Set once a script was refused to this instance (see CountersMixin).
+    _scripts_refused_seen = False
 
     if TYPE_CHECKING:  # what RedisCache provides
         _client: ClientLike
@@ -92,15 +96,13 @@ class RecomputeMixin:
                 return value
             # Near expiry: recompute only if the value is still old when we take the lock.
             threshold = round(ttl * self._config.behaviour.stampede_window)
-            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, threshold)
-            if not (yield c.execute, (acquire,)):
+            if not (yield from self._take_recompute_lock(made, lock, token, lock_ms, threshold)):
                 return value  # someone else is recomputing, or just did
         else:
             # Missing: take the lock only while the value is still missing.
-            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, 0)
             # The wait counts its round trips too, not only its pauses.
             step, give_up = 0.005, time.monotonic() + lock_ms / 1000
-            while not (yield c.execute, (acquire,)):
+            while not (yield from self._take_recompute_lock(made, lock, token, lock_ms, 0)):
                 data = yield c.get, (made,)
                 if data is not None:
                     return self._decode(data, key)
@@ -116,13 +118,63 @@ class RecomputeMixin:
             # The computation failed (the database is down, the value cannot be pickled): let
             # the next caller try at once instead of waiting out the lock. Token-checked, so a
             # lock we never took or no longer hold is left alone.
-            with contextlib.suppress(CacheError):  # the caller's error is the one to see
-                yield c.execute, (("EVAL", _scripts.RELEASE, 1, lock, token),)
+            release = self._recompute_release(made, lock, token)
+            if release is not None:
+                with contextlib.suppress(CacheError):  # the caller's error is the one to see
+                    yield c.execute, (release,)
             raise
         if ttl == 0:
             store: tuple[Any, ...] = ("DEL", made)
         else:
             store = ("SET", made, encoded) + (() if ttl is None else ("PX", ttl))
         # Releasing checks the token, so a lock we no longer hold is left alone.
-        yield c.pipeline, ((store, ("EVAL", _scripts.RELEASE, 1, lock, token)),)
+        release = self._recompute_release(made, lock, token)
+        if release is None:
+            yield c.execute, (store,)
+            return fresh
+        try:
+            yield c.pipeline, ((store, release),)
+        except ResponseError as exc:
+            # The store came first and the error is the release's: scripts refused here.
+            if release[0] != "EVAL" or not refused(exc):
+                raise
+            yield from note_refused(node_of(c, made))
+            self._scripts_refused_seen = True
         return fresh
+
+    def _take_recompute_lock(
+        self, made: str, lock: str, token: str, lock_ms: int, threshold: int
+    ) -> Plan[bool]:
+        """Take the recompute lock only while the value is missing or has less than
+        `threshold` ms left: one script, or where scripts do not run, the lock and the value's
+        TTL in one round trip, the lock given back at once if the value turned out fresh (a
+        fresh value found just after the lock was taken is read as fresh, as the script
+        would, one step later)."""
+        c = self._client
+        if not (self._scripts_refused_seen and scripts_refused(node_of(c, made))):
+            acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, threshold)
+            try:
+                return bool((yield c.execute, (acquire,)))
+            except ResponseError as exc:
+                if not refused(exc):
+                    raise
+                yield from note_refused(node_of(c, made))
+                self._scripts_refused_seen = True
+        taken, left = yield (
+            c.pipeline,
+            ((("SET", lock, token, "NX", "PX", lock_ms), ("PTTL", made)),),
+        )
+        if not taken:
+            return False
+        if left == -2 or 0 <= left < threshold:
+            return True
+        release = self._recompute_release(made, lock, token)
+        if release is not None:
+            yield c.execute, (release,)
+        return False
+
+    def _recompute_release(self, made: str, lock: str, token: str) -> tuple[Any, ...] | None:
+        """The command that gives the recompute lock back only while it holds `token` (see
+        release_command), or None where there is none: then the lock's own short timeout
+        gives it back."""
+        return release_command(node_of(self._client, made), lock, token)

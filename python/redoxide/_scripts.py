@@ -1,6 +1,8 @@
 """The Lua scripts redoxide runs on the server, in one place.
 
-Each one makes a check and a change atomic where no single command does both.
+Each one makes a check and a change atomic where no single command does both on every
+server; where the server has one (SET IFEQ, DELIFEQ, DELEX) or scripts do not run, _offers.py
+says what replaces them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ __all__ = [
     "INCR_SHA",
     "NOT_AN_INTEGER",
     "RELEASE",
-    "RENAME",
 ]
 
 #: The error code INCR answers with when the stored value is not a 64-bit integer.
@@ -64,9 +65,4 @@ EXTEND = (
     "if left < 0 then return 1 end "  # no expiry: nothing to add to
     "ttl = ttl + left end "
     "redis.call('PEXPIRE', KEYS[1], ttl) return 1"
-)
-#: Move a value to a new version in one step, keeping its TTL.
-RENAME = (
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
-    "redis.call('RENAME', KEYS[1], KEYS[2]) return 1"
 )

@@ -8,7 +8,8 @@
   for an int, with no COMPRESSOR to store it compressed (W007).
 - ``manage.py check --deploy``: settings that are risky in production (W001-W008).
 - ``manage.py check --tag redoxide_connectivity``: every node of every redoxide cache answers
-  PING within the cache's timeouts (E010, E011). Like Django's database checks, which need
+  PING within the cache's timeouts (E010, E011), and runs Lua scripts for the configured user,
+  or what follows where it does not (W009). Like Django's database checks, which need
   ``--database``, it never runs unless asked: not before runserver or migrate, nor in a plain
   ``check``. redoxide's ``check`` command (Django's, extended) tells it when the tag is asked.
 """
@@ -29,8 +30,9 @@ from django.utils.module_loading import import_string
 
 from redoxide._location import parse_location, place, query_db
 from redoxide._name_shapes import _SHAPE_KEYS, NameMatcher, name_matcher, shared_name
+from redoxide._offers import consequences, refused
 from redoxide.cache import RedisCache
-from redoxide.exceptions import EncodingError
+from redoxide.exceptions import CacheError, EncodingError, ResponseError
 from redoxide.options import Config, _names, parse_config
 from redoxide.serializers import PickleSerializer
 from redoxide.topology.kinds import kind_of
@@ -79,6 +81,9 @@ _HINTS = {
     "digits are read as an int before the serializer is asked. Make the serializer write such "
     "values in a form of its own (a prefix, quotes), as pickle, JSON and MessagePack do, or "
     "set a COMPRESSOR (such values are then stored compressed).",
+    "W009": "Grant the ACL user +@scripting (on Valkey 9.1, load its lua module too), or use a "
+    "server with script-free ways: Valkey 9.0+ (SET IFEQ, DELIFEQ) or Redis 8.4+ (SET IFEQ, "
+    "DELEX).",
     "W008": "Keep the version in the names KEY_FUNCTION makes, apart from the key (e.g. "
     '"{prefix}:{version}:" + hash of the key), or give the cache a database or a KEY_PREFIX '
     "no other writer uses.",
@@ -439,7 +444,25 @@ def check_connectivity(
         messages.extend(_error("E011", alias, problem) for problem in found.problems)
         for node in found.nodes:
             answer = probe(node, info=False)
+            where = f"{node.kind} {node.address}"
             if not answer.ok:
-                where = f"{node.kind} {node.address}"
                 messages.append(_error("E010", alias, f"{where} did not answer: {answer.error}"))
+            elif node.kind != "sentinel":
+                refusal = _scripts_refusal(node.client)
+                if refusal is not None:
+                    text = f"{where} runs no Lua script for the configured user ({refusal}): "
+                    messages.append(_warning("W009", alias, text + consequences(node.client) + "."))
     return messages
+
+
+def _scripts_refusal(client: Any) -> str | None:
+    """Why `client`'s server runs no script for it (a trivial one, which changes nothing), or
+    None if it does."""
+    try:
+        client.execute(("EVAL", "return 1", 0))
+    except ResponseError as exc:
+        if refused(exc):
+            return str(exc)
+    except CacheError:
+        pass  # not an answer about scripts
+    return None

@@ -35,6 +35,7 @@ __all__ = [
     "ReadOnlyError",
     "RedirectError",
     "ResponseError",
+    "ScriptingUnavailableError",
     "SerializationError",
     "TryAgainError",
     "WrongTypeError",
@@ -233,6 +234,17 @@ class DataError(CacheError, TypeError, ValueError):
 
 class ConfigurationError(CacheError, ImproperlyConfigured):
     """A LOCATION or OPTIONS value is invalid."""
+
+
+class ScriptingUnavailableError(NoPermError):
+    """An operation needed a Lua script and the server runs none for this client: the ACL
+    user lacks ``@scripting``, or the server has no Lua engine (Valkey 9.1 without its lua
+    module), and the server has no script-free way (SET IFEQ, DELIFEQ or DELEX: Valkey 8.1 and
+    9.0, Redis 8.4) to do it atomically. Nothing was changed. The message names the operation
+    and what would make it work; the server's refusal is the ``__cause__``. A ``NoPermError``,
+    so clauses that caught the refusal before still do."""
+
+    CODE = "NOPERM"
 
 
 class InternalError(CacheError):

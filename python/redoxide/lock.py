@@ -1,10 +1,13 @@
 """Distributed locks on the cache's server: cache.lock(name) and cache.alock(name).
 
 A lock is one key holding a random token. Acquiring is ``SET name token NX PX timeout`` (one
-round trip when uncontended); releasing and extending are Lua scripts that compare the token
-first (one round trip each), so only the owner can release or extend, and a holder whose lock
-expired cannot release the next owner's. The API mirrors redis-py's ``Lock``, which is what
-django-redis' ``cache.lock()`` returns.
+round trip when uncontended); releasing and extending compare the token first (one round trip
+each), so only the owner can release or extend, and a holder whose lock expired cannot release
+the next owner's. Releasing is DELIFEQ (Valkey 9.0+) or DELEX IFEQ (Redis 8.4+) where the
+server offers one, else a Lua script; setting the TTL is SET IFEQ (Valkey 8.1+, Redis 8.4+),
+else a script; adding to it is a script, or where scripts do not run PTTL then SET IFEQ. With
+neither scripts nor those commands, release and extend raise ScriptingUnavailableError. The
+API mirrors redis-py's ``Lock``, which is what django-redis' ``cache.lock()`` returns.
 
 Locks never fail open: with IGNORE_EXCEPTIONS, a lock that reported itself acquired while the
 server is away would break mutual exclusion, so connection errors always raise (as they do
@@ -23,8 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from redoxide import plans
 from redoxide._bridges import bridge as _bridge
+from redoxide._offers import (
+    has,
+    node_of,
+    note_refused,
+    refused,
+    release_command,
+    scripts_refused,
+    scripts_unavailable,
+)
 from redoxide._scripts import EXTEND as _EXTEND_SCRIPT
-from redoxide._scripts import RELEASE as _RELEASE_SCRIPT
 from redoxide.exceptions import CacheError, LockError, LockNotOwnedError, ResponseError
 
 if TYPE_CHECKING:
@@ -121,8 +132,24 @@ class _LockState:
             raise LockError(f"cannot {action} lock {self.name!r}: it is not held")
         return token
 
-    def _release_command(self) -> tuple[Any, ...]:
-        return ("EVAL", _RELEASE_SCRIPT, 1, self.name, self._held_token("release"))
+    def _release_plan(self) -> Plan[None]:
+        token = self._held_token("release")
+        c = self._client
+        node = node_of(c, self.name)
+        command = release_command(node, self.name, token)
+        if command is None:
+            raise scripts_unavailable(f"releasing lock {self.name!r}")
+        try:
+            reply = yield c.execute, (command,)
+        except ResponseError as exc:
+            if command[0] != "EVAL" or not refused(exc):
+                raise
+            yield from note_refused(node)
+            command = release_command(node, self.name, token)
+            if command is None:
+                raise scripts_unavailable(f"releasing lock {self.name!r}", exc) from exc
+            reply = yield c.execute, (command,)
+        self._released(reply)
 
     def _released(self, reply: Any) -> None:
         self._token = None
@@ -131,12 +158,41 @@ class _LockState:
                 f"cannot release lock {self.name!r}: it expired or is now held by someone else"
             )
 
-    def _extend_command(self, additional_time: float, replace_ttl: bool) -> tuple[Any, ...]:
+    def _extend_plan(self, additional_time: float, replace_ttl: bool) -> Plan[bool]:
         token = self._held_token("extend")
         if self.timeout is None:
             raise LockError(f"cannot extend lock {self.name!r}: it has no timeout")
         ms = _seconds_to_ms(additional_time, "additional_time")
-        return ("EVAL", _EXTEND_SCRIPT, 1, self.name, token, ms, "1" if replace_ttl else "0")
+        c, name = self._client, self.name
+        node = node_of(c, name)
+        ifeq = has(node, "SET IFEQ")
+        if ifeq and replace_ttl:
+            # Rewrites the token it compared, with the new TTL: one command, no script.
+            return self._extended(
+                (yield c.execute, (("SET", name, token, "IFEQ", token, "PX", ms),))
+            )
+        if not scripts_refused(node):
+            script = ("EVAL", _EXTEND_SCRIPT, 1, name, token, ms, "1" if replace_ttl else "0")
+            try:
+                return self._extended((yield c.execute, (script,)))
+            except ResponseError as exc:
+                if not refused(exc):
+                    raise
+                yield from note_refused(node)
+                ifeq = has(node, "SET IFEQ")  # learnt meanwhile if it was not yet
+                if not ifeq:
+                    raise scripts_unavailable(f"extending lock {name!r}", exc) from exc
+        elif not ifeq:
+            raise scripts_unavailable(f"extending lock {name!r}")
+        if replace_ttl:
+            return self._extended(
+                (yield c.execute, (("SET", name, token, "IFEQ", token, "PX", ms),))
+            )
+        # No script: what is left, plus `ms`, set only while the token is still ours (a TTL
+        # read one round trip earlier: at most that much longer than the script's).
+        left = yield c.execute, (("PTTL", name),)
+        expiry: tuple[Any, ...] = ("KEEPTTL",) if left == -1 else ("PX", max(left, 0) + ms)
+        return self._extended((yield c.execute, (("SET", name, token, "IFEQ", token, *expiry),)))
 
     def _extended(self, reply: Any) -> bool:
         if not reply:
@@ -150,13 +206,23 @@ class _LockState:
         have taken the lock, and nobody knows its token: release it if it holds that token,
         retried while the server is away (see _abandon_pauses), so that a lock without a
         timeout is not held for ever by nobody."""
-        command = ("EVAL", _RELEASE_SCRIPT, 1, self.name, token)
+        node = node_of(self._client, self.name)
+        command = release_command(node, self.name, token)
+        if command is None:
+            return  # nothing releases it here: its own timeout will
         for pause in _abandon_pauses():
             if pause:
                 yield plans.pause, (pause,)
             try:
                 if (yield self._client.execute, (command,)):
                     return
+            except ResponseError as exc:
+                if command[0] == "EVAL" and refused(exc):
+                    yield from note_refused(node)
+                    command = release_command(node, self.name, token)
+                    if command is None:
+                        return  # nothing releases it here: its own timeout will
+                continue
             except CacheError:  # the server is still away: try again later
                 continue
 
@@ -203,13 +269,11 @@ class Lock(_LockState):
 
     def release(self) -> None:
         """Release the lock; raise LockError if this instance does not hold it anymore."""
-        self._released(self._client.execute(self._release_command()))
+        plans.run(self._release_plan())
 
     def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """Add additional_time seconds to the lock's TTL (or set the TTL to it)."""
-        return self._extended(
-            self._client.execute(self._extend_command(additional_time, replace_ttl))
-        )
+        return plans.run(self._extend_plan(additional_time, replace_ttl))
 
     def reacquire(self) -> bool:
         """Reset the lock's TTL to its timeout."""
@@ -278,12 +342,11 @@ class AsyncLock(_LockState):
 
     async def release(self) -> None:
         """Release the lock; raise LockError if this instance does not hold it anymore."""
-        self._released(await self._client.execute(self._release_command(), _bridge()))
+        await plans.arun(self._release_plan(), _bridge())
 
     async def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """Add additional_time seconds to the lock's TTL (or set the TTL to it)."""
-        command = self._extend_command(additional_time, replace_ttl)
-        return self._extended(await self._client.execute(command, _bridge()))
+        return await plans.arun(self._extend_plan(additional_time, replace_ttl), _bridge())
 
     async def reacquire(self) -> bool:
         """Reset the lock's TTL to its timeout."""

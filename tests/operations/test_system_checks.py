@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redoxide.checks import check_configuration, check_deployment, connectivity_asked
 from support.backend import build_cache, is_redoxide
 from support.operations import run
-from support.servers import Cluster, RedisServer, SentinelSet, free_port
+from support.servers import Cluster, RedisServer, SentinelSet, free_port, server_binary
 from support.topology import commandstat
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's app")
@@ -453,3 +453,29 @@ def test_a_key_functions_shape_is_learnt_for_e005_and_w006(project: Use) -> None
     assert len(about_shop) == 1 and "CACHES['lookalike']" in about_shop[0]
     assert "shop/v{version}/{key}" in about_shop[0]
     assert not any(msg.startswith("CACHES['opaque']") for msg in warned)
+
+
+@pytest.mark.parametrize(
+    ("binary_name", "follows"),
+    [
+        ("valkey", "every feature works without scripts"),
+        ("redis", "incr, decr, a lock's release and extend"),
+    ],
+)
+def test_connectivity_says_when_the_user_cannot_run_scripts_and_what_follows(
+    project: Use, binary_name: str, follows: str
+) -> None:
+    binary = server_binary(binary_name)
+    if binary is None:
+        pytest.skip(f"no {binary_name} server binary installed")
+    with RedisServer(binary=binary) as server:
+        project({"default": redoxide(server.url)})
+        assert "redoxide.W009" not in run("check", tags=["redoxide_connectivity"]).err
+        server.cli("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
+        project({"default": redoxide(f"redis://app:pw@127.0.0.1:{server.port}/0")})
+        outcome = run("check", tags=["redoxide_connectivity"], fail_level="WARNING")
+        assert outcome.code == 1
+        assert "(redoxide.W009) CACHES['default']: primary 127.0.0.1:" in outcome.err
+        assert "runs no Lua script for the configured user (" in outcome.err
+        assert "NOPERM" in outcome.err and "no permissions to run the 'eval' command" in outcome.err
+        assert follows in outcome.err and "+@scripting" in outcome.err

