@@ -5,7 +5,9 @@ span)."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Awaitable, Callable, Iterable
+from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +21,7 @@ from redoxide.topology.commands import command_name, first_key
 from redoxide.topology.kinds import kind_of
 
 __all__ = [
+    "DURATION_BUCKETS",
     "LOCK_OPERATIONS",
     "TracedAsyncLock",
     "TracedClient",
@@ -27,6 +30,7 @@ __all__ = [
     "Tracing",
     "api",
     "finish",
+    "legacy_names",
 ]
 
 #: The lock methods that talk to the server, and their operations.
@@ -50,38 +54,130 @@ def api() -> Any:
     return trace
 
 
+#: db.client.operation.duration's bucket advice: redis-py 8's (redis/observability/config.py,
+#: default_operation_duration_buckets), so histograms of both line up bucket for bucket.
+DURATION_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+)  # fmt: skip
+
+
+def legacy_names() -> bool:
+    """Whether spans also carry the names that the stable conventions replaced (db.system,
+    db.operation): yes unless OTEL_SEMCONV_STABILITY_OPT_IN asks for ``database`` alone
+    (``database/dup``, or no ``database`` at all, keeps both, as redoxide always emitted)."""
+    wanted = {v.strip() for v in os.environ.get("OTEL_SEMCONV_STABILITY_OPT_IN", "").split(",")}
+    return "database" not in wanted or "database/dup" in wanted
+
+
+class _Instruments:
+    """The metric instruments, made once per process on the global MeterProvider (a proxy
+    until the application sets one, so a provider set later still receives them)."""
+
+    duration: Any = None
+    errors: Any = None
+
+    @classmethod
+    def made(cls) -> type[_Instruments]:
+        if cls.duration is None:
+            from opentelemetry import metrics
+
+            from redoxide import __version__
+
+            meter = metrics.get_meter("redoxide", __version__)
+            cls.errors = meter.create_counter(
+                "redis.client.errors",
+                unit="{error}",
+                description="Calls to the server that failed",
+            )
+            cls.duration = meter.create_histogram(
+                "db.client.operation.duration",
+                unit="s",
+                description="Duration of database client operations",
+                explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+            )
+        return cls
+
+
+def _category(exc: BaseException) -> str:
+    """redis.client.errors.category, as redis-py 8 names them."""
+    from redoxide.exceptions import CacheTimeout, ConnectionInterrupted, ResponseError
+
+    if isinstance(exc, ResponseError):
+        return "server"
+    if isinstance(exc, (ConnectionInterrupted, CacheTimeout, ConnectionError, TimeoutError)):
+        return "network"
+    return "other"
+
+
 class Tracing:
     """A configuration's tracer and span attributes, shared by its caches, locks and raw
     clients."""
 
-    __slots__ = ("_by_operation", "base", "keys", "kind", "tracer")
+    __slots__ = (
+        "_by_operation", "_failed", "_metered", "_reported", "base", "duration", "errors",
+        "keys", "kind", "legacy", "metered", "tracer",
+    )  # fmt: skip
 
     def __init__(self, cache: Any) -> None:
         config = cache._config
         url = urlsplit(config.servers.urls[0])
-        base: dict[str, Any] = {"db.system": "redis", "db.system.name": "redis"}
+        self.legacy = legacy_names()
+        base: dict[str, Any] = {"db.system.name": "redis"}
+        if self.legacy:
+            base["db.system"] = "redis"
         base["db.namespace"] = str(
             config.servers.db if config.servers.db is not None else _path_db(url.path)
         )
+        server: dict[str, Any] = {}
         if url.hostname and kind_of(config).names_server:
-            base["server.address"] = url.hostname
-            base["server.port"] = url.port or 6379
+            port = url.port or 6379
+            server = {"server.address": url.hostname, "server.port": port}
+            server |= {"network.peer.address": url.hostname, "network.peer.port": port}
         elif url.scheme == "unix":
-            base["server.address"] = url.path
+            server = {"server.address": url.path, "network.peer.address": url.path}
+        base |= server
         self.base = base
+        from redoxide import __version__
+
+        # What redis-py 8 puts on its metrics (redis/observability/attributes.py), plus the
+        # stable db.system.name: a dashboard of either reads these.
+        self.metered: dict[str, Any] = {
+            "db.system": "redis",
+            "db.system.name": "redis",
+            "redis.client.library": f"redoxide:v{__version__}",
+            "db.namespace": base["db.namespace"],
+            **server,
+        }
         self.keys: bool = config.behaviour.tracing_keys
         trace = api()
         self.tracer = trace.get_tracer("redoxide")
         self.kind = trace.SpanKind.CLIENT
+        instruments = _Instruments.made()
+        self.duration = instruments.duration
+        self.errors = instruments.errors
         self._by_operation: dict[str, dict[str, Any]] = {}
+        self._metered: dict[str, dict[str, Any]] = {}
+        self._failed: dict[tuple[str, type[BaseException], Any], dict[str, Any]] = {}
+        self._reported: dict[tuple[type[BaseException], Any], dict[str, Any]] = {}
 
     def attributes(self, op: str) -> dict[str, Any]:
         """The fixed attributes of an operation's spans (made once per operation)."""
         known = self._by_operation.get(op)
         if known is None:
-            known = {**self.base, "db.operation": op, "db.operation.name": op}
+            known = {**self.base, "db.operation.name": op}
+            if self.legacy:
+                known["db.operation"] = op
             if len(self._by_operation) < 1024:  # raw commands: names are the caller's
                 self._by_operation[op] = known
+        return known
+
+    def metric_attributes(self, op: str) -> dict[str, Any]:
+        """The attributes of an operation's db.client.operation.duration (made once)."""
+        known = self._metered.get(op)
+        if known is None:
+            known = {**self.metered, "db.operation.name": op}
+            if len(self._metered) < 1024:
+                self._metered[op] = known
         return known
 
     def start(self, op: str, text: str | None = None, extra: dict[str, Any] | None = None) -> Any:
@@ -92,6 +188,43 @@ class Tracing:
             if text is not None:
                 attributes["db.query.text"] = text
         return self.tracer.start_span(op, kind=self.kind, attributes=attributes)
+
+    def record(self, op: str, started: float, exc: BaseException | None = None) -> None:
+        """Record a call of `op` begun at perf_counter() `started` in
+        db.client.operation.duration (and a failed one in redis.client.errors)."""
+        elapsed = perf_counter() - started
+        if exc is None:
+            self.duration.record(elapsed, self._metered.get(op) or self.metric_attributes(op))
+            return
+        code = getattr(exc, "code", None)
+        key = (op, type(exc), code)
+        failed = self._failed.get(key)
+        if failed is None:
+            reported = self._error_attributes(exc, code)
+            failed = {**self.metric_attributes(op), **reported}
+            del failed["redis.client.errors.internal"]  # redis-py's duration has none
+            if len(self._failed) < 1024:
+                self._failed[key] = failed
+        self.duration.record(elapsed, failed)
+        self.errors.add(1, self._error_attributes(exc, code))
+
+    def _error_attributes(self, exc: BaseException, code: Any) -> dict[str, Any]:
+        """redis.client.errors' attributes, as redis-py 8 builds them (made once per error
+        class and code)."""
+        key = (type(exc), code)
+        known = self._reported.get(key)
+        if known is None:
+            known = {
+                **self.metered,
+                "error.type": type(exc).__qualname__,
+                "db.response.status_code": code if isinstance(code, str) else "error",
+                "redis.client.errors.category": _category(exc),
+                "redis.client.errors.internal": False,
+            }
+            known.pop("db.namespace", None)  # redis-py's error counter has none
+            if len(self._reported) < 1024:
+                self._reported[key] = known
+        return known
 
 
 def _path_db(path: str) -> int:
@@ -124,12 +257,16 @@ class TracedLock(Lock):
 
     def _spanned(self, method: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         op = LOCK_OPERATIONS[method]
-        span = self._tracing.start(op, _lock_text(self, op))
+        tracing = self._tracing
+        span = tracing.start(op, _lock_text(self, op))
+        started = perf_counter()
         try:
             result = call(*args, **kwargs)
         except BaseException as exc:
+            tracing.record(op, started, exc)
             finish(span, exc)
             raise
+        tracing.record(op, started)
         span.end()
         return result
 
@@ -158,12 +295,16 @@ class TracedAsyncLock(AsyncLock):
         self, method: str, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         op = LOCK_OPERATIONS[method]
-        span = self._tracing.start(op, _lock_text(self, op))
+        tracing = self._tracing
+        span = tracing.start(op, _lock_text(self, op))
+        started = perf_counter()
         try:
             result = await call(*args, **kwargs)
         except BaseException as exc:
+            tracing.record(op, started, exc)
             finish(span, exc)
             raise
+        tracing.record(op, started)
         span.end()
         return result
 
@@ -226,12 +367,16 @@ class TracedClient(Topology):
     ) -> Any:
         if bridge is not None:
             return self._awaited(op, text, send, args, bridge, extra)
-        span = self._tracing.start(op, text() if self._tracing.keys else None, extra)
+        tracing = self._tracing
+        span = tracing.start(op, text() if tracing.keys else None, extra)
+        started = perf_counter()
         try:
             reply = send(*args)
         except BaseException as exc:
+            tracing.record(op, started, exc)
             finish(span, exc)
             raise
+        tracing.record(op, started)
         span.end()
         return reply
 
@@ -244,12 +389,16 @@ class TracedClient(Topology):
         bridge: Any,
         extra: dict[str, Any] | None,
     ) -> Any:
-        span = self._tracing.start(op, text() if self._tracing.keys else None, extra)
+        tracing = self._tracing
+        span = tracing.start(op, text() if tracing.keys else None, extra)
+        started = perf_counter()
         try:
             reply = await send(*args, bridge)
         except BaseException as exc:
+            tracing.record(op, started, exc)
             finish(span, exc)
             raise
+        tracing.record(op, started)
         span.end()
         return reply
 

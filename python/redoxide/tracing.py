@@ -20,18 +20,28 @@ per class). What makes one span:
   transaction's: "MULTI") with ``db.operation.batch.size``, or its command's name when it holds
   one command.
 
-Attributes, OpenTelemetry's database conventions:
+Attributes, OpenTelemetry's database conventions (the Redis page: the span is named after the
+operation alone, never "GET 0"):
 
-    db.system / db.system.name   "redis"
-    db.operation / db.operation.name   the operation above (also the span's name)
+    db.system.name               "redis"
+    db.operation.name            the operation above (also the span's name)
     db.namespace                 the database number, "0"
     server.address, server.port  the first server of LOCATION (a router's seed)
+    network.peer.address, network.peer.port   the same (as redis-py 8 records them)
     db.query.text                only with OPTIONS["TRACING_KEYS"] = True: the operation and
                                  the key it names ("GET <key>"; a raw command's first key; a
                                  pipeline's commands one a line): keys can be personal data, so
                                  they are never recorded otherwise, and values never are
     db.operation.batch.size      a pipeline's number of commands
     error.type, db.response.status_code   on failure (the exception class; the reply's code)
+    db.system, db.operation      the names the stable ones replaced, kept alongside unless
+                                 OTEL_SEMCONV_STABILITY_OPT_IN lists "database" (without
+                                 "database/dup")
+
+Each span's operation is also recorded, as redis-py 8 records its commands, in the
+``db.client.operation.duration`` histogram (seconds, redis-py's bucket advice) and, when it
+fails, the ``redis.client.errors`` counter, on the global MeterProvider (nothing is kept without
+one); see _spans.Tracing.record.
 
 A cache without TRACING keeps its own class: no check, no wrapper, nothing on its calls. Spans
 are started with the current span as parent but not made current themselves (nothing runs
@@ -44,6 +54,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
+from time import perf_counter
 from typing import Any
 
 from redoxide._spans import (
@@ -179,13 +190,18 @@ def _start(
     cache: Any, method: str, where: _Where, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     attributes = cache._span_attributes[method]
+    op = attributes["db.operation.name"]
     if where is not None and cache._config.behaviour.tracing_keys:
         position, name, at = where
         key = args[position] if len(args) > position else kwargs.get(name)
         version = args[at] if 0 <= at < len(args) else kwargs.get("version")
         made = cache.make_key(key, version) if key is not None else ""
-        attributes = {**attributes, "db.query.text": f"{attributes['db.operation']} {made}"}
-    return cache._tracer.start_span(attributes["db.operation"], kind=_CLIENT, attributes=attributes)
+        attributes = {**attributes, "db.query.text": f"{op} {made}"}
+    return cache._tracer.start_span(op, kind=_CLIENT, attributes=attributes)
+
+
+def _record(cache: Any, method: str, started: float, exc: BaseException | None = None) -> None:
+    cache._tracing.record(cache._span_attributes[method]["db.operation.name"], started, exc)
 
 
 #: SpanKind.CLIENT, imported when the first traced class is made.
@@ -198,11 +214,14 @@ def _sync(method: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
         span = _start(self, method, where, args, kwargs)
+        started = perf_counter()
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
+            _record(self, method, started, exc)
             finish(span, exc)
             raise
+        _record(self, method, started)
         span.end()
         return result
 
@@ -215,11 +234,14 @@ def _async(method: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
         span = _start(self, method, where, args, kwargs)
+        started = perf_counter()
         try:
             result = await original(self, *args, **kwargs)
         except BaseException as exc:
+            _record(self, method, started, exc)
             finish(span, exc)
             raise
+        _record(self, method, started)
         span.end()
         return result
 
@@ -232,14 +254,18 @@ def _iterator(method: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
         span = _start(self, method, where, args, kwargs)
+        started = perf_counter()
         try:
             yield from original(self, *args, **kwargs)
         except GeneratorExit:  # closed before the end: not a failure
+            _record(self, method, started)
             span.end()
             raise
         except BaseException as exc:
+            _record(self, method, started, exc)
             finish(span, exc)
             raise
+        _record(self, method, started)
         span.end()
 
     return traced
@@ -251,17 +277,21 @@ def _async_iterator(method: str, original: Callable[..., Any]) -> Callable[..., 
     @functools.wraps(original)
     async def traced(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         span = _start(self, method, where, args, kwargs)
+        started = perf_counter()
         inner = original(self, *args, **kwargs)
         try:
             async for item in inner:
                 yield item
         except GeneratorExit:  # closed before the end: not a failure
+            _record(self, method, started)
             span.end()
             raise
         except BaseException as exc:
+            _record(self, method, started, exc)
             finish(span, exc)
             raise
         else:
+            _record(self, method, started)
             span.end()
         finally:
             await inner.aclose()

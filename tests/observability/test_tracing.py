@@ -1,18 +1,16 @@
 """OPTIONS["TRACING"]: one OpenTelemetry client span per cache call, with the database
-conventions, captured by the SDK's in-memory exporter; nothing at all without the option."""
+conventions, captured by the SDK's in-memory exporter (the `spans` fixture of conftest.py);
+nothing at all without the option."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from cache_calls import CALLS, LOCAL, call, prepare, server_methods
 from django.core.exceptions import ImproperlyConfigured
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from redoxide import RedisCache, tracing
@@ -25,21 +23,6 @@ from support.dispatch import Ops
 from support.servers import Cluster, RedisServer, free_port
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's own tracing")
-
-_EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Yield the exporter of the process' SDK tracer provider (set up once), emptied."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
 
 
 def test_without_the_option_a_cache_is_not_instrumented(redis_server: RedisServer) -> None:
