@@ -110,7 +110,7 @@ pub const TABLE: &[Facts] = &[
     row("BGSAVE", Control, Zero),
     row("CLIENT", Control, Zero),
     row("CLUSTER", Control, Zero),
-    row("CLUSTERSCAN", Read, Zero),
+    row("CLUSTERSCAN", Read, First),
     row("COMMAND", Read, Zero),
     row("CONFIG", Control, Zero),
     row("COPY", Write, Two),

@@ -1,6 +1,8 @@
 """keys, iter_keys and delete_pattern: glob patterns scoped to KEY_PREFIX and VERSION.
 
-The server is walked with SCAN (never KEYS, which blocks it for the whole keyspace). The key
+The server is walked with SCAN (never KEYS, which blocks it for the whole keyspace); a
+cluster whose primaries all offer it (Valkey 9.1) with one CLUSTERSCAN cursor across them,
+else with SCAN on each primary. The key
 function is asked what it puts around a key (for Django's default, ``PREFIX:VERSION:``); the
 user's pattern goes between those parts, escaped to match literally, and keys come back as the
 user wrote them. A KEY_FUNCTION that does not keep the key as it is (one that hashes it, say)
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.cache.backends.base import default_key_func
 
 from redoxide._name_shapes import glob_escape, name_matcher
-from redoxide._protocols import ClientLike, Topology, spans_primaries
+from redoxide._offers import has
+from redoxide._protocols import ClientLike, Topology, primaries, spans_primaries
 from redoxide.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -129,18 +132,29 @@ class PatternsMixin:
     def _scan_page(
         self, node: Any, match: str, cursor: bytes | int, count: int
     ) -> Plan[tuple[bytes, Any]]:
-        """Run one SCAN step on a node; return the next cursor (b"0" when done) and the keys."""
-        scan = ("SCAN", cursor, "MATCH", match, "COUNT", count)
-        reply = yield node.execute, (scan,)
+        """Run one SCAN step on a node (a CLUSTERSCAN step when `node` is the whole cluster);
+        return the next cursor (b"0" when done) and the keys."""
+        name = "CLUSTERSCAN" if node is self._client and spans_primaries(node) else "SCAN"
+        reply = yield node.execute, ((name, cursor, "MATCH", match, "COUNT", count),)
         return reply[0], reply[1]
 
     def _scan_nodes(self) -> Plan[list[Any]]:
-        """The nodes a scan visits: the server, or every primary of a cluster."""
+        """The nodes a scan visits: the server; every primary of a cluster; or the cluster
+        itself, walked by one CLUSTERSCAN cursor, when every primary offers it."""
         client = self._client
         if not (isinstance(client, Topology) and client.spans_primaries):
             return [client]
+        if self._cluster_scans():
+            return [client]
         # A cluster: every primary, from a recent slot table (awaited in async code).
         return (yield client.scan_nodes, ())  # type: ignore[no-any-return]
+
+    def _cluster_scans(self) -> bool:
+        """Whether this cluster's every primary offers CLUSTERSCAN (as its connections told).
+        Its cursor is its key (the server says so): a {hash tag} naming the slot it goes on,
+        so the router sends each step to that slot's node, which redirects if it moved."""
+        nodes = primaries(self._client)
+        return bool(nodes) and all(has(node, "CLUSTERSCAN") for node in nodes or ())
 
     def _keys_plan(self, pattern: str, version: int | None) -> Plan[list[str]]:
         match, unmake = self._pattern(pattern, version), self._unmaker(version)
@@ -184,7 +198,10 @@ class PatternsMixin:
             return (yield from self._delete_matching_on(self._client, match, count, keep))
         deleted = 0
         for node in (yield from self._scan_nodes()):
-            deleted += yield from self._delete_matching_on(node, match, count, keep)
+            if node is self._client:  # the cluster, walked by CLUSTERSCAN
+                deleted += yield from self._delete_matching_split(node, match, count, keep)
+            else:
+                deleted += yield from self._delete_matching_on(node, match, count, keep)
         return deleted
 
     def _delete_matching_on(self, node: Any, match: str, count: int, keep: _Filter) -> Plan[int]:

@@ -194,7 +194,6 @@ impl Handshake {
         self.steps.iter().any(|step| !matches!(step, Step::SetInfo | Step::Hello | Step::Probe))
     }
 
-
     /// The bytes to write (no credentials that change: see `start`).
     #[cfg(test)]
     pub fn packed(&self) -> &[u8] {
@@ -320,7 +319,8 @@ mod tests {
         assert_eq!(hs.replies(), Replies::Many(3));
         let text = String::from_utf8_lossy(hs.packed()).into_owned();
         assert!(text.contains("*1\r\n$5\r\nHELLO\r\n*6\r\n$7\r\nCOMMAND\r\n$4\r\nINFO"), "{text}");
-        let hello = reply(b"*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2\r\n");
+        let hello =
+            reply(b"*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2\r\n");
         let probe = reply(b"*4\r\n*0\r\n*0\r\n_\r\n*0\r\n");
         let replies = Value::Array(vec![Value::Okay, hello, probe]);
         assert!(hs.check(replies, "h:1").is_ok());

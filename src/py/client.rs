@@ -333,9 +333,11 @@ impl Client {
     ) -> PyResult<()> {
         let probed = match probed {
             None => None,
-            Some(found) => Some(<[bool; crate::offers::PROBED.len()]>::try_from(found).map_err(
-                |_| PyValueError::new_err("probed names MSETEX, DELIFEQ, DELEX and CLUSTERSCAN"),
-            )?),
+            Some(found) => {
+                Some(<[bool; crate::offers::PROBED.len()]>::try_from(found).map_err(|_| {
+                    PyValueError::new_err("probed names MSETEX, DELIFEQ, DELEX and CLUSTERSCAN")
+                })?)
+            }
         };
         let server = crate::offers::Server { name: server.to_ascii_lowercase(), version, modules };
         self.transport.offers().set(server, probed);
@@ -424,7 +426,9 @@ impl Client {
                     }
                     Request::Cmd(cmd)
                 }
-                Some(ms) if keys.len() > 1 && self.transport.offers().has(crate::offers::MSETEX) => {
+                Some(ms)
+                    if keys.len() > 1 && self.transport.offers().has(crate::offers::MSETEX) =>
+                {
                     let mut cmd = redis::cmd("MSETEX");
                     cmd.arg(keys.len());
                     for (k, v) in keys.iter().zip(&values) {

@@ -19,7 +19,13 @@ import pytest
 from redoxide import _offers
 from redoxide.exceptions import NoPermError, ScriptingUnavailableError
 from support.backend import is_redoxide
-from support.servers import Cluster, RedisServer, server_binary
+from support.servers import (
+    Cluster,
+    RedisServer,
+    binary_version,
+    expected_offers,
+    server_binary,
+)
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's server offers")
 
@@ -70,11 +76,7 @@ def calls(server: RedisServer, command: str) -> int:
     return 0
 
 
-EXPECTED = {
-    "valkey": ["MSETEX", "SET IFEQ", "DELIFEQ", "CLUSTERSCAN", "Lua"],
-    "redis": ["Lua"],
-    "redis62": ["Lua"],
-}
+VALKEY_91 = ["MSETEX", "SET IFEQ", "DELIFEQ", "CLUSTERSCAN", "Lua"]
 
 
 def test_each_server_says_what_it_offers_on_connecting(
@@ -85,12 +87,10 @@ def test_each_server_says_what_it_offers_on_connecting(
     cache.set("k", 1)
     offers = cache._client.offers
     assert offers is not None
-    assert offers["offers"] == EXPECTED[server_name]
+    binary = server.binary or ""
+    assert offers["offers"] == expected_offers(binary)
     assert offers["server"] == ("valkey" if server_name == "valkey" else "redis")
-    assert (
-        offers["version"].split(".")[0]
-        == {"valkey": "9", "redis": "7", "redis62": "6"}[server_name]
-    )
+    assert offers["version"] == ".".join(map(str, binary_version(binary)))
     assert offers["scripts_refused"] is False
 
 
@@ -105,7 +105,7 @@ def test_set_many_with_a_timeout_is_one_msetex_where_offered(
     assert cache.get_many(list(data)) == data
     assert all(0 < cache.ttl(key) <= 60 for key in data)
     after = (calls(server, "msetex"), calls(server, "set"))
-    if server_name == "valkey":
+    if "MSETEX" in expected_offers(server.binary or ""):
         assert after == (before[0] + 1, before[1])
     else:
         assert after == (before[0], before[1] + 10)
@@ -247,6 +247,8 @@ def test_async_calls_without_scripts_keep_the_contract(
 
 def test_without_scripts_or_set_ifeq_incr_and_locks_raise_a_typed_error() -> None:
     with start("redis") as server:
+        if "SET IFEQ" in expected_offers(server.binary or ""):
+            pytest.skip("this redis-server has SET IFEQ (8.4+): nothing needs a script")
         url = without_scripts(server, "acl-user")
         cache = cache_at(url, STAMPEDE_PROTECTION=True)
         cache.set("n", 1)
@@ -303,7 +305,7 @@ def test_what_a_connection_did_not_tell_is_asked_for_from_python() -> None:
         assert node.offers is not None and node.offers["offers"] == ["Lua"]
         plans.run(_offers._learn(node))
         assert node.offers is not None
-        assert node.offers["offers"] == EXPECTED["valkey"]
+        assert node.offers["offers"] == VALKEY_91
         assert (node.offers["server"], node.offers["modules"]) == ("valkey", ["lua"])
 
 
@@ -329,3 +331,35 @@ def test_a_clusters_set_many_with_a_timeout_is_one_msetex_per_slot() -> None:
         assert ran == 3  # one per slot of several keys: the three tags
         # "alone" is one SET, and "warm" another.
         assert sum(calls(node, "set") for node in primaries) == 2
+
+
+def test_a_valkey_clusters_keys_are_walked_with_one_clusterscan_cursor() -> None:
+    binary = server_binary("valkey")
+    if binary is None:
+        pytest.skip("no valkey server binary installed")
+    from redoxide import RedisCache
+
+    with Cluster(binary=binary) as cluster:
+        options = {"CLUSTER": True, "CLEAR_PREFIX_ONLY": True}
+        cache = RedisCache(cluster.urls, {"KEY_PREFIX": "site", "OPTIONS": options})
+        names = [f"user:{i}" for i in range(300)] + [f"page:{i}" for i in range(50)]
+        cache.set_many(dict.fromkeys(names, "v"))
+        others = [f"other:{i}" for i in range(20)]  # another writer's, which clear() keeps
+        for other in others:
+            cache._client.execute(("SET", other, "x"))
+        assert len(cache.get_many(names)) == 350  # every primary connected: offers known
+        primaries = [node for node in cluster.nodes if node.cli("ROLE").startswith("master")]
+        scans = sum(calls(node, "scan") for node in primaries)
+        assert sorted(cache.keys("user:*")) == sorted(names[:300])
+        assert sorted(set(cache.iter_keys("page:*", itersize=7))) == sorted(names[300:])
+
+        async def collect() -> list[str]:
+            return [key async for key in cache.aiter_keys("page:1*")]
+
+        assert sorted(set(asyncio.run(collect()))) == sorted(n for n in names if "page:1" in n)
+        assert cache.delete_pattern("user:1*") == 111
+        assert cache.clear() is True
+        assert sum(calls(node, "scan") for node in primaries) == scans  # no SCAN at all
+        assert sum(calls(node, "clusterscan") for node in primaries) > 0
+        assert cache.get_many(names) == {}
+        assert all(cache._client.execute(("EXISTS", other)) == 1 for other in others)

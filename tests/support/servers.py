@@ -113,6 +113,41 @@ def server_version() -> str:
     return out.stdout.strip()
 
 
+def binary_version(binary: str) -> tuple[int, int, int]:
+    """The version of a server binary (``--version``'s ``v=7.0.15``) as numbers."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    number = out.stdout.split("v=")[1].split()[0]
+    parts = [int("".join(c for c in part if c.isdigit()) or 0) for part in number.split(".")]
+    major, minor, patch, *_ = [*parts, 0, 0, 0]
+    return major, minor, patch
+
+
+def expected_offers(binary: str) -> list[str]:
+    """What a server binary offers beyond every supported server's commands, in the order
+    Client.offers lists them, by its name and version (Valkey 9.1: MSETEX, SET IFEQ, DELIFEQ,
+    CLUSTERSCAN; Redis 8.4: MSETEX, SET IFEQ, DELEX; Lua built in but for Valkey 9.1's
+    module, which its binary loads by default)."""
+    valkey = (
+        "valkey"
+        in subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.lower()
+    )
+    v = binary_version(binary)
+    offers = []
+    if (valkey and v >= (9, 1, 0)) or (not valkey and v >= (8, 4, 0)):
+        offers.append("MSETEX")
+    if (valkey and v >= (8, 1, 0)) or (not valkey and v >= (8, 4, 0)):
+        offers.append("SET IFEQ")
+    if valkey and v >= (9, 0, 0):
+        offers.append("DELIFEQ")
+    if not valkey and v >= (8, 4, 0):
+        offers.append("DELEX")
+    if valkey and v >= (9, 1, 0):
+        offers.append("CLUSTERSCAN")
+    return [*offers, "Lua"]
+
+
 def resp_command(*args: str | bytes) -> bytes:
     """Encode one command in RESP (for raw sockets: probes, and the tools' own tests)."""
     parts = [f"*{len(args)}\r\n".encode()]

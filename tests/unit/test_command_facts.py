@@ -19,6 +19,7 @@ FACTS = _redoxide.command_facts()
 # the keys it names.
 MOVING = {
     "counted": (["2", "k1", "k2", "arg"], ["k1", "k2"]),
+    "counted_pairs": (["2", "k1", "v1", "k2", "v2"], ["k1", "k2"]),
     "streams": (["COUNT", "1", "STREAMS", "k1", "k2", "0", "0"], ["k1", "k2"]),
 }
 THIRD = {"OBJECT": "ENCODING", "MEMORY": "USAGE", "XINFO": "STREAM"}
