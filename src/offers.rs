@@ -92,17 +92,32 @@ impl Offers {
     /// then the server's name and version decide). A HELLO that failed (a server before 6)
     /// teaches nothing: today's paths stay.
     pub fn learn(&self, hello: &Value, probe: Option<&Value>) {
-        let Some(server) = parse_hello(hello) else { return };
+        let Some(server) = parse_hello(hello) else {
+            // Refused (a server before 6, an ACL user without HELLO): not known, so nothing
+            // new is used, whatever an earlier connection (to another server, maybe) told.
+            return self.forget();
+        };
         let probed = probe.and_then(parse_probe);
         self.set(server, probed);
+    }
+
+    /// Back to not known: today's paths.
+    fn forget(&self) {
+        self.bits.store(0, Ordering::Relaxed);
+        *self.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.scripts_refused.store(false, Ordering::Relaxed);
     }
 
     /// Learn from the replies of a handshake nobody waited for (read in front of the first
     /// command's): HELLO's reply is the one that reads as such, the probe's the next.
     pub fn learn_discarded(&self, replies: &Value) {
         let Value::Array(items) = replies else { return };
-        if let Some(at) = items.iter().position(|v| parse_hello(v).is_some()) {
-            self.learn(&items[at], items.get(at + 1));
+        match items.iter().position(|v| parse_hello(v).is_some()) {
+            Some(at) => self.learn(&items[at], items.get(at + 1)),
+            // A handshake's (HELLO's and the probe's at least) with HELLO refused; a lone
+            // reauthentication's reply says nothing either way.
+            None if items.len() >= 2 => self.forget(),
+            None => {}
         }
     }
 
@@ -318,10 +333,14 @@ mod tests {
             Value::Array(vec![Value::Okay, Value::Okay, hello("redis", "7.0.0", &[]), probe]);
         offers.learn_discarded(&replies);
         assert_eq!(offers.bits(), MSETEX | LUA);
-        // A reauthentication's reply alone teaches nothing.
-        let other = Offers::default();
-        other.learn_discarded(&Value::Array(vec![Value::Okay]));
-        assert!(!other.known());
+        // A reauthentication's reply alone teaches nothing, and forgets nothing.
+        offers.learn_discarded(&Value::Array(vec![Value::Okay]));
+        assert_eq!(offers.bits(), MSETEX | LUA);
+        // A handshake whose HELLO was refused (this address now a server that refuses it):
+        // what an earlier connection told is forgotten.
+        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
+        offers.learn_discarded(&Value::Array(vec![refused.clone(), refused]));
+        assert!(!offers.known() && offers.server().is_none());
     }
 
     #[test]

@@ -174,17 +174,35 @@ class CountersMixin:
     def _move_across_slots(self, key: Any, old: str, new: str) -> Plan[bool]:
         """Copy `old` to `new` keeping its TTL, then delete `old` only if it still holds what
         was copied (else copy again): the value is never lost, by a failed copy or a write to
-        `old` in between. Gives up with CacheTimeout past SOCKET_TIMEOUT of such writes."""
+        `old` in between. Gives up with CacheTimeout past SOCKET_TIMEOUT of such writes.
+        Where that delete needs a script, a trivial one rides with the first read: if scripts
+        are refused, ScriptingUnavailableError before anything is copied."""
         c = self._client
+        what = f"incr_version of key {key!r} across cluster slots"
         deadline = time.monotonic() + self._config.connection.socket_timeout
+        refusal: ResponseError | None = None
         while True:
-            data, left = yield c.pipeline, ((("GET", old), ("PTTL", old)),)
+            node = node_of(c, old)
+            probe = conditional_delete(node, old, b"") is None
+            if probe and (refusal is not None or scripts_refused(node)):
+                raise scripts_unavailable(what, refusal)
+            reads: list[tuple[Any, ...]] = [("GET", old), ("PTTL", old)]
+            if probe:
+                reads.append(("EVAL", "return 1", 1, old))
+            try:
+                data, left, *_ = yield c.pipeline, (reads,)
+            except ResponseError as exc:
+                if not (probe and refused(exc)) or refusal is not None:
+                    raise
+                refusal = exc
+                yield from note_refused(node)  # then a conditional delete, if learnt, or raise
+                continue
             if data is None:
                 return False
             store: tuple[Any, ...] = ("SET", new, data) + (("PX", left) if left > 0 else ())
             yield c.execute, (store,)  # acknowledged before the old one goes
             # DEL only while the key holds exactly `data`.
-            if (yield from self._delete_if_holds(f"incr_version of key {key!r}", old, data)):
+            if (yield from self._delete_if_holds(what, old, data)):
                 return True
             if time.monotonic() >= deadline:
                 raise CacheTimeout(

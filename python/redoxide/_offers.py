@@ -68,8 +68,8 @@ def refused(exc: BaseException) -> bool:
         return False
     text = str(exc).lower()
     if isinstance(exc, NoPermError):
-        # Refused EVAL / EVALSHA itself, not a command a script ran (that is ERR anyway).
-        return "'eval" in text
+        # Refused EVAL / EVALSHA itself, not a key or a command a script ran (that is ERR).
+        return "'eval' command" in text or "'evalsha' command" in text
     return "scripting engine" in text or ("unknown command" in text and "eval" in text)
 
 
@@ -139,14 +139,17 @@ def conditional_delete(
     return None
 
 
-def release_command(node: Client | None, key: Any, token: Any) -> tuple[Any, ...] | None:
+def release_command(
+    node: Client | None, key: Any, token: Any, *, scripts: bool = True
+) -> tuple[Any, ...] | None:
     """What gives a lock's key back only while it holds `token`: DELIFEQ / DELEX where
-    offered, else the release script unless scripts are refused on `node`, else SET IFEQ's
-    expiring empty value (see conditional_delete); None where there is nothing of these."""
+    offered, else the release script unless scripts are refused on `node` (or `scripts` is
+    False: the caller just saw one refused), else SET IFEQ's expiring empty value (see
+    conditional_delete); None where there is nothing of these."""
     command = conditional_delete(node, key, token)
     if command is not None:
         return command
-    if not scripts_refused(node):
+    if scripts and not scripts_refused(node):
         return ("EVAL", _scripts.RELEASE, 1, key, token)
     return conditional_delete(node, key, token, expiring=True)
 

@@ -151,7 +151,8 @@ class RecomputeMixin:
         fresh value found just after the lock was taken is read as fresh, as the script
         would, one step later)."""
         c = self._client
-        if not (self._scripts_refused_seen and scripts_refused(node_of(c, made))):
+        scripts = not (self._scripts_refused_seen and scripts_refused(node_of(c, made)))
+        if scripts:
             acquire = ("EVAL", _scripts.ACQUIRE, 2, made, lock, token, lock_ms, threshold)
             try:
                 return bool((yield c.execute, (acquire,)))
@@ -168,13 +169,16 @@ class RecomputeMixin:
             return False
         if left == -2 or 0 <= left < threshold:
             return True
-        release = self._recompute_release(made, lock, token)
+        release = self._recompute_release(made, lock, token, scripts=False)
         if release is not None:
             yield c.execute, (release,)
         return False
 
-    def _recompute_release(self, made: str, lock: str, token: str) -> tuple[Any, ...] | None:
+    def _recompute_release(
+        self, made: str, lock: str, token: str, *, scripts: bool = True
+    ) -> tuple[Any, ...] | None:
         """The command that gives the recompute lock back only while it holds `token` (see
-        release_command), or None where there is none: then the lock's own short timeout
-        gives it back."""
-        return release_command(node_of(self._client, made), lock, token)
+        release_command; no script where this instance saw them refused), or None where
+        there is none: then the lock's own short timeout gives it back."""
+        scripts = scripts and not self._scripts_refused_seen
+        return release_command(node_of(self._client, made), lock, token, scripts=scripts)

@@ -249,7 +249,9 @@ def command_facts() -> dict[
     str,
     tuple[
         Literal["read", "write", "flush", "control"],
-        Literal["none", "first", "two", "all", "pairs", "third", "counted", "streams"],
+        Literal[
+            "none", "first", "two", "all", "pairs", "third", "counted", "streams", "counted_pairs"
+        ],
         Literal[
             "slot",
             "each_key_summed",

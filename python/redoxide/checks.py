@@ -82,8 +82,8 @@ _HINTS = {
     "values in a form of its own (a prefix, quotes), as pickle, JSON and MessagePack do, or "
     "set a COMPRESSOR (such values are then stored compressed).",
     "W009": "Grant the ACL user +@scripting (on Valkey 9.1, load its lua module too), or use a "
-    "server with script-free ways: Valkey 9.0+ (SET IFEQ, DELIFEQ) or Redis 8.4+ (SET IFEQ, "
-    "DELEX).",
+    "server with script-free ways: Valkey 8.1+ (SET IFEQ; DELIFEQ from 9.0) or Redis 8.4+ "
+    "(SET IFEQ, DELEX).",
     "W008": "Keep the version in the names KEY_FUNCTION makes, apart from the key (e.g. "
     '"{prefix}:{version}:" + hash of the key), or give the cache a database or a KEY_PREFIX '
     "no other writer uses.",

@@ -6,7 +6,9 @@ each), so only the owner can release or extend, and a holder whose lock expired 
 the next owner's. Releasing is DELIFEQ (Valkey 9.0+) or DELEX IFEQ (Redis 8.4+) where the
 server offers one, else a Lua script; setting the TTL is SET IFEQ (Valkey 8.1+, Redis 8.4+),
 else a script; adding to it is a script, or where scripts do not run PTTL then SET IFEQ. With
-neither scripts nor those commands, release and extend raise ScriptingUnavailableError. The
+neither scripts nor those commands, release and extend raise ScriptingUnavailableError.
+(Valkey 8.1 without scripts, SET IFEQ alone: a release leaves an empty value that expires in
+a millisecond, so ``locked()`` may say True for that millisecond; a SET NX takes it after.) The
 API mirrors redis-py's ``Lock``, which is what django-redis' ``cache.lock()`` returns.
 
 Locks never fail open: with IGNORE_EXCEPTIONS, a lock that reported itself acquired while the
@@ -145,7 +147,7 @@ class _LockState:
             if command[0] != "EVAL" or not refused(exc):
                 raise
             yield from note_refused(node)
-            command = release_command(node, self.name, token)
+            command = release_command(node, self.name, token, scripts=False)
             if command is None:
                 raise scripts_unavailable(f"releasing lock {self.name!r}", exc) from exc
             reply = yield c.execute, (command,)
@@ -219,7 +221,7 @@ class _LockState:
             except ResponseError as exc:
                 if command[0] == "EVAL" and refused(exc):
                     yield from note_refused(node)
-                    command = release_command(node, self.name, token)
+                    command = release_command(node, self.name, token, scripts=False)
                     if command is None:
                         return  # nothing releases it here: its own timeout will
                 continue

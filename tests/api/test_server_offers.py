@@ -245,8 +245,9 @@ def test_async_calls_without_scripts_keep_the_contract(
     assert calls(server, "eval") == calls(server, "evalsha") == 0
 
 
-def test_without_scripts_or_set_ifeq_incr_and_locks_raise_a_typed_error() -> None:
-    with start("redis") as server:
+@pytest.mark.parametrize("binary_name", ["redis", "redis62"])
+def test_without_scripts_or_set_ifeq_incr_and_locks_raise_a_typed_error(binary_name: str) -> None:
+    with start(binary_name) as server:
         if "SET IFEQ" in expected_offers(server.binary or ""):
             pytest.skip("this redis-server has SET IFEQ (8.4+): nothing needs a script")
         url = without_scripts(server, "acl-user")
@@ -363,3 +364,33 @@ def test_a_valkey_clusters_keys_are_walked_with_one_clusterscan_cursor() -> None
         assert sum(calls(node, "clusterscan") for node in primaries) > 0
         assert cache.get_many(names) == {}
         assert all(cache._client.execute(("EXISTS", other)) == 1 for other in others)
+
+
+@pytest.mark.parametrize("binary_name", ["valkey", "redis"])
+def test_incr_version_across_cluster_slots_without_scripts(binary_name: str) -> None:
+    # The copy is deleted from the old version only while it holds what was copied: DELIFEQ
+    # on Valkey; with neither that nor scripts, nothing is copied at all (no second copy).
+    binary = server_binary(binary_name)
+    if binary is None:
+        pytest.skip(f"no {binary_name} server binary installed")
+    from redoxide import RedisCache
+
+    with Cluster(binary=binary) as cluster:
+        for node in cluster.nodes:
+            node.cli(
+                "ACL", "SETUSER", USER, "on", f">{PASSWORD}", "~*", "&*", "+@all", "-@scripting"
+            )
+        urls = [url.replace("redis://", f"redis://{USER}:{PASSWORD}@") for url in cluster.urls]
+        cache = RedisCache(urls, {"OPTIONS": {"CLUSTER": True}})
+        cache.set("moved", "value", timeout=100)
+        assert cache.get("moved") == "value"  # connected: what the node offers is known
+        if "DELIFEQ" in expected_offers(binary) or "DELEX" in expected_offers(binary):
+            assert cache.incr_version("moved") == 2
+            assert cache.get("moved", version=2) == "value"
+            assert 0 < cache.ttl("moved", version=2) <= 100
+            assert not cache.has_key("moved", version=1)
+        else:
+            with pytest.raises(ScriptingUnavailableError, match="across cluster slots"):
+                cache.incr_version("moved")
+            assert cache.get("moved", version=1) == "value"
+            assert not cache.has_key("moved", version=2)
