@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 from support.backend import backend_errors, build_cache, is_redoxide
-from support.servers import RedisServer
+from support.servers import RedisServer, server_binary
 
 pytestmark = pytest.mark.skipif(not is_redoxide(), reason="redoxide's connection handling")
 
@@ -70,10 +71,22 @@ asyncio.run(main())
 """
 
 
+@pytest.fixture
+def redis_instrument() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, whatever REDOXIDE_SERVER_BIN says: its read counter is
+    the instrument. (Against valkey-server 9.1, about one run in ten counted 540-560 reads where
+    Redis counts 60: not explained yet, and not a property of the client's writes known so far.)"""
+    binary = server_binary("redis")
+    if binary is None:
+        pytest.skip("no redis-server binary installed")
+    with RedisServer(binary=binary) as server:
+        yield server
+
+
 @pytest.mark.parametrize("requests", ["single-key", "bulk"])
 @pytest.mark.parametrize("host", ["idle", "busy"])
 def test_commands_of_concurrent_tasks_share_writes(
-    fresh_redis_server: RedisServer, requests: str, host: str
+    redis_instrument: RedisServer, requests: str, host: str
 ) -> None:
     # An event loop writes what its tasks sent in one loop iteration in one write, whatever
     # the host's load (the poll for replies is what follows the load). REDOXIDE_POLL=never,
@@ -81,7 +94,7 @@ def test_commands_of_concurrent_tasks_share_writes(
     env = {**os.environ, **({"REDOXIDE_POLL": "never"} if host == "busy" else {})}
     kind = "bulk" if requests == "bulk" else "single"
     result = subprocess.run(
-        [sys.executable, "-c", SHARE_WRITES, fresh_redis_server.url, kind],
+        [sys.executable, "-c", SHARE_WRITES, redis_instrument.url, kind],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
