@@ -169,17 +169,26 @@ def test_values_over_max_value_bytes_are_not_kept(make_near: Callable[..., Any])
 
 
 def test_local_expiry_follows_the_keys_ttl(make_near: Callable[..., Any]) -> None:
-    cache = make_near()
-    serving(cache)
-    cache.set("cfg:short", 1, timeout=0.3)
-    assert warm(cache, "cfg:short") == 1
-    # Read without pausing: the first read past the local deadline (the key's PTTL, which
-    # is never later than the server's expiry) finds the copy expired. A pause here could let
-    # the server's own expiry, and its invalidation, remove the copy first.
-    deadline = time.monotonic() + 5
-    while cache.get("cfg:short") is not None:
-        assert time.monotonic() < deadline, "the key never expired"
-    assert cache.near_cache_stats()["expired"] >= 1
+    # Built so that only the local deadline can remove the copy: the server's active expiry is
+    # off (an expired key stays until it is read, so no invalidation can arrive first), and the
+    # staleness bound is long (a ping answered late on a busy host cannot shut the gate and
+    # send the read to the server instead).
+    with RedisServer("--enable-debug-command", "local") as server:
+        server.cli("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+        cache = make_near(server.url, near=near_options(MAX_STALE_MS=60_000))
+        serving(cache)
+        cache.set("cfg:short", 1, timeout=2)
+        written = time.monotonic()
+        assert warm(cache, "cfg:short") == 1
+        # The local deadline (the key's PTTL when read) is never later than the server's expiry,
+        # which is at most 2 s after `written`; waiting longer only makes the outcome surer.
+        time.sleep(max(0.0, written + 2.05 - time.monotonic()))
+        before = cache.near_cache_stats()
+        assert before["entries"] == 1
+        assert cache.get("cfg:short") is None
+        after = cache.near_cache_stats()
+        assert after["expired"] == before["expired"] + 1
+        assert after["hits"] == before["hits"]
 
 
 @pytest.mark.parametrize("disabled", ["CLIENT", "HELLO"])
