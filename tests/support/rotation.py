@@ -123,3 +123,20 @@ class Traffic:
         self._stop.set()
         for worker in self._workers:
             worker.join(30)
+
+
+def clients_of(server: Any) -> dict[int, dict[str, str]]:
+    """CLIENT LIST as {id: fields}, redis-cli's own connection left out."""
+    found = {}
+    for line in server.cli("CLIENT", "LIST").splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if fields.get("name") != "redis-cli" and fields.get("cmd") != "client|list":
+            found[int(fields["id"])] = fields
+    return found
+
+
+def answer_next(holder: Holder, cell: Any, answer: Any) -> None:
+    """Make the provider answer `answer`, and wait until its next call has been stored."""
+    generation = cell.generation
+    holder.answer = answer
+    wait_until(lambda: cell.generation > generation, what="the provider's next call")
