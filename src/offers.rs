@@ -57,6 +57,9 @@ pub struct Offers {
     /// A script was refused (an ACL user without `@scripting`, no Lua engine): script-free
     /// paths from then on, until a new connection learns again.
     scripts_refused: AtomicBool,
+    /// Offered commands the server then refused (an ACL that lists commands by name, written
+    /// before they existed): taken out of `bits` while the same server answers.
+    refused: AtomicU32,
 }
 
 impl Offers {
@@ -80,6 +83,18 @@ impl Offers {
         } else {
             bits & !KNOWN
         }
+    }
+
+    /// Offered commands refused since the last connection learnt (see `refuse`).
+    pub fn refused(&self) -> u32 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// `bit`, offered, was refused (NOPERM, unknown command): today's path instead, while the
+    /// same server (name and version) answers.
+    pub fn refuse(&self, bit: u32) {
+        self.refused.fetch_or(bit, Ordering::Relaxed);
+        self.bits.fetch_and(!bit, Ordering::Relaxed);
     }
 
     /// The server as it described itself, once a connection told.
@@ -106,6 +121,7 @@ impl Offers {
         self.bits.store(0, Ordering::Relaxed);
         *self.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.scripts_refused.store(false, Ordering::Relaxed);
+        self.refused.store(0, Ordering::Relaxed);
     }
 
     /// Learn from the replies of a handshake nobody waited for (read in front of the first
@@ -123,8 +139,16 @@ impl Offers {
 
     /// Learn from what Python read (a TLS connection's replies, asked for by Python).
     pub fn set(&self, server: Server, probed: Option<[bool; PROBED.len()]>) {
-        let bits = derive(&server, probed) | KNOWN;
-        *self.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(server);
+        let mut bits = derive(&server, probed) | KNOWN;
+        let mut known = self.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Refusals hold while the same server (name and version) answers: every new
+        // connection would otherwise pay one refused command again. An upgrade resets them.
+        if known.as_ref() == Some(&server) {
+            bits &= !self.refused.load(Ordering::Relaxed);
+        } else {
+            self.refused.store(0, Ordering::Relaxed);
+        }
+        *known = Some(server);
         self.bits.store(bits, Ordering::Relaxed);
         self.scripts_refused.store(false, Ordering::Relaxed);
     }
@@ -271,6 +295,20 @@ mod tests {
         let offers = Offers::default();
         offers.learn(&hello, probe.as_ref());
         offers
+    }
+
+    #[test]
+    fn a_refused_command_is_not_offered_until_a_connection_learns_again() {
+        let offers = learned(hello("valkey", "9.1.2", &["lua"]), None);
+        assert!(offers.has(MSETEX) && offers.refused() == 0);
+        offers.refuse(MSETEX);
+        assert!(!offers.has(MSETEX) && offers.has(DELIFEQ | SET_IFEQ));
+        assert_eq!(offers.refused(), MSETEX);
+        // A new connection to the same server keeps it refused; an upgraded one offers it.
+        offers.learn(&hello("valkey", "9.1.2", &["lua"]), None);
+        assert!(!offers.has(MSETEX) && offers.refused() == MSETEX);
+        offers.learn(&hello("valkey", "9.1.3", &["lua"]), None);
+        assert!(offers.has(MSETEX) && offers.refused() == 0);
     }
 
     #[test]

@@ -28,6 +28,7 @@ __all__ = [
     "consequences",
     "has",
     "node_of",
+    "offer_refused",
     "refused",
     "release_command",
     "scripts_refused",
@@ -71,6 +72,20 @@ def refused(exc: BaseException) -> bool:
         # Refused EVAL / EVALSHA itself, not a key or a command a script ran (that is ERR).
         return "'eval' command" in text or "'evalsha' command" in text
     return "scripting engine" in text or ("unknown command" in text and "eval" in text)
+
+
+def offer_refused(exc: BaseException, name: str) -> bool:
+    """Whether `exc` is the server refusing `name` ("MSETEX"...), a command it offered: NOPERM
+    for it (an ACL that lists commands by name, written before the command existed), or an
+    unknown command (a node not upgraded yet, reached by a redirect during a rolling upgrade).
+    Then today's way works: the caller notes it on the node (``Client.refuse``) and retries."""
+    if not isinstance(exc, ResponseError):
+        return False
+    text = str(exc).lower()
+    command = name.split()[0].lower()
+    if isinstance(exc, NoPermError):
+        return f"'{command}' command" in text
+    return "unknown command" in text and f"'{command}'" in text
 
 
 def note_refused(node: Client | None) -> Plan[None]:

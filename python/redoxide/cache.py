@@ -21,6 +21,7 @@ from redoxide import _stats, plans, tracing
 from redoxide._bridges import bridge as _bridge
 from redoxide._counters import CountersMixin
 from redoxide._expiry import ExpiryMixin
+from redoxide._offers import node_of, offer_refused
 from redoxide._patterns import PatternsMixin
 from redoxide._protocols import ClientLike
 from redoxide._recompute import RecomputeMixin
@@ -29,7 +30,7 @@ from redoxide._unusable import make_unusable
 from redoxide._values import ValuesMixin
 from redoxide.compressors import BUILTIN_COMPRESSORS, BaseCompressor, IdentityCompressor
 from redoxide.connection import RawClient
-from redoxide.exceptions import CacheError
+from redoxide.exceptions import CacheError, ResponseError
 from redoxide.lock import LockMixin
 from redoxide.near import NearClient, near_client
 from redoxide.options import parse_config
@@ -336,7 +337,17 @@ class RedisCache(
         ttl = self._ttl_ms(timeout)
         if ttl == 0:
             yield self._client.execute, (("DEL", *made),)
-        else:
+            return []
+        try:
+            yield self._client.set_many, (made, values, ttl)
+        except ResponseError as exc:
+            if not offer_refused(exc, "MSETEX"):
+                raise
+            # An ACL that lists commands by name, or a node not upgraded yet: its keys' nodes
+            # stop offering MSETEX (until a new connection learns again), and one SET PX each
+            # stores them all (those already stored again, with the same values).
+            for node in {node_of(self._client, key) for key in made} - {None}:
+                node.refuse("MSETEX")  # type: ignore[union-attr]
             yield self._client.set_many, (made, values, ttl)
         return []
 

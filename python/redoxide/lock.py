@@ -32,6 +32,7 @@ from redoxide._offers import (
     has,
     node_of,
     note_refused,
+    offer_refused,
     refused,
     release_command,
     scripts_refused,
@@ -141,16 +142,29 @@ class _LockState:
         command = release_command(node, self.name, token)
         if command is None:
             raise scripts_unavailable(f"releasing lock {self.name!r}")
-        try:
-            reply = yield c.execute, (command,)
-        except ResponseError as exc:
-            if command[0] != "EVAL" or not refused(exc):
-                raise
-            yield from note_refused(node)
-            command = release_command(node, self.name, token, scripts=False)
-            if command is None:
-                raise scripts_unavailable(f"releasing lock {self.name!r}", exc) from exc
-            reply = yield c.execute, (command,)
+        scripts = True
+        while True:
+            try:
+                reply = yield c.execute, (command,)
+                break
+            except ResponseError as exc:
+                # Each refusal takes one way out (DELIFEQ / DELEX, then the script), so this
+                # ends: with a reply, or the error of the last way there was.
+                if command[0] == "EVAL" and refused(exc):
+                    yield from note_refused(node)
+                    scripts = False
+                elif (
+                    command[0] in ("DELIFEQ", "DELEX")
+                    and node is not None
+                    and offer_refused(exc, command[0])
+                ):
+                    # Offered, but an ACL that lists commands by name does not allow it.
+                    node.refuse(command[0])
+                else:
+                    raise
+                command = release_command(node, self.name, token, scripts=scripts)
+                if command is None:
+                    raise scripts_unavailable(f"releasing lock {self.name!r}", exc) from exc
         self._released(reply)
 
     def _released(self, reply: Any) -> None:

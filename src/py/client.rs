@@ -303,6 +303,13 @@ impl Client {
             .map(|(_, name)| *name)
             .collect();
         out.set_item("offers", names)?;
+        let refused = offers.refused();
+        let refused: Vec<&str> = crate::offers::NAMES
+            .iter()
+            .filter(|(bit, _)| refused & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        out.set_item("refused", refused)?;
         out.set_item("scripts_refused", offers.scripts_refused())?;
         Ok(Some(out))
     }
@@ -317,6 +324,19 @@ impl Client {
     /// Note that a script was refused here: script-free paths until a new connection learns.
     fn refuse_scripts(&self) {
         self.transport.offers().refuse_scripts();
+    }
+
+    /// Note that `name` ("MSETEX", "SET IFEQ", "DELIFEQ", "DELEX", "CLUSTERSCAN"), offered,
+    /// was refused here (an ACL that lists commands by name, a node not upgraded yet): today's
+    /// path while the same server (name and version) answers.
+    fn refuse(&self, name: &str) -> PyResult<()> {
+        let Some((bit, _)) =
+            crate::offers::NAMES.iter().find(|(bit, n)| *n == name && *bit != crate::offers::LUA)
+        else {
+            return Err(PyValueError::new_err(format!("not an offered command: {name:?}")));
+        };
+        self.transport.offers().refuse(*bit);
+        Ok(())
     }
 
     /// Learn what the server offers from replies Python read (a TLS client's async

@@ -125,6 +125,104 @@ def test_aset_many_with_a_timeout_is_one_msetex_too() -> None:
         assert 0 < cache.ttl("b") <= 30
 
 
+def rejected(server: RedisServer, command: str) -> int:
+    """How many times the server refused `command` (an ACL's NOPERM)."""
+    for line in server.cli("INFO", "commandstats").splitlines():
+        if line.startswith(f"cmdstat_{command}:"):
+            fields = dict(part.split("=") for part in line.split(":", 1)[1].split(","))
+            return int(fields.get("rejected_calls", 0))
+    return 0
+
+
+def without_msetex(server: RedisServer) -> str:
+    """An ACL user whose command list predates MSETEX (every command but it); its URL."""
+    server.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", "+@all", "-msetex")
+    return f"redis://listed:pw@127.0.0.1:{server.port}/0"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_msetex_refused_by_an_acl_falls_back_to_one_set_each(mode: str) -> None:
+    with start("valkey") as server:
+        cache = cache_at(without_msetex(server))
+        data = {f"k{i}": i for i in range(5)}
+
+        def set_many(values: dict[str, Any]) -> None:
+            if mode == "sync":
+                cache.set_many(values, timeout=60)
+            else:
+                asyncio.run(cache.aset_many(values, timeout=60))
+
+        cache.set("warm", 1)
+        assert "MSETEX" in cache._client.offers["offers"]  # offered, as the server says
+        set_many(data)
+        # Refused once, then stored with one SET PX each, nothing lost.
+        assert rejected(server, "msetex") == 1
+        assert cache.get_many(list(data)) == data
+        assert all(0 < cache.ttl(key) <= 60 for key in data)
+        offers = cache._client.offers
+        assert "MSETEX" not in offers["offers"]
+        assert offers["refused"] == ["MSETEX"]
+        # Not asked again: the next set_many goes straight to one SET each.
+        sets = calls(server, "set")
+        set_many({"x": 1, "y": 2})
+        assert rejected(server, "msetex") == 1
+        assert calls(server, "set") == sets + 2
+        assert cache.get_many(["x", "y"]) == {"x": 1, "y": 2}
+
+
+def test_only_a_refusal_of_the_command_itself_is_taken_for_one() -> None:
+    from redoxide.exceptions import ResponseError
+
+    refused = _offers.offer_refused
+    assert refused(
+        NoPermError("User listed has no permissions to run the 'msetex' command"), "MSETEX"
+    )
+    assert refused(
+        ResponseError("ERR unknown command 'MSETEX', with args beginning with: "), "MSETEX"
+    )
+    assert not refused(NoPermError("User ro has no permissions to run the 'set' command"), "MSETEX")
+    assert not refused(NoPermError("No permissions to access a key"), "MSETEX")
+    assert not refused(
+        ResponseError("ERR wrong number of arguments for 'msetex' command"), "MSETEX"
+    )
+    assert not refused(ValueError("'msetex' command"), "MSETEX")
+
+
+def test_a_user_who_may_not_write_gets_the_error_of_the_fallback() -> None:
+    with start("valkey") as server:
+        server.cli("ACL", "SETUSER", "ro", "on", ">pw", "~*", "&*", "+@all", "-@write")
+        cache = cache_at(f"redis://ro:pw@127.0.0.1:{server.port}/0")
+        cache.get("warm")
+        # MSETEX refused, taken for an ACL written before it; the SETs are refused too.
+        with pytest.raises(NoPermError, match="'set' command"):
+            cache.set_many({"a": 1, "b": 2}, timeout=60)
+        assert rejected(server, "msetex") == 1
+        assert rejected(server, "set") == 2
+
+
+def test_a_cluster_whose_acl_refuses_msetex_stores_with_one_set_each() -> None:
+    binary = server_binary("valkey")
+    if binary is None:
+        pytest.skip("no valkey server binary installed")
+    from redoxide import RedisCache
+
+    with Cluster(binary=binary) as cluster:
+        for node in cluster.nodes:
+            without_msetex(node)
+        urls = [f"redis://listed:pw@127.0.0.1:{node.port}/0" for node in cluster.nodes]
+        cache = RedisCache(urls, {"OPTIONS": {"CLUSTER": True}})
+        data = {f"{{tag{i % 3}}}:k{i}": i for i in range(9)}
+        assert cache.get_many(list(data)) == {}  # every primary connected: offers known
+        cache.set_many(data, timeout=60)
+        assert cache.get_many(list(data)) == data
+        assert all(0 < cache.ttl(key) <= 60 for key in data)
+        primaries = [node for node in cluster.nodes if node.cli("ROLE").startswith("master")]
+        assert sum(rejected(node, "msetex") for node in primaries) >= 1
+        before = sum(rejected(node, "msetex") for node in primaries)
+        cache.set_many(data, timeout=60)
+        assert sum(rejected(node, "msetex") for node in primaries) == before
+
+
 def test_a_lock_is_released_with_delifeq_and_its_ttl_set_with_set_ifeq() -> None:
     with start("valkey") as server:
         cache = cache_at(server.url)
@@ -136,6 +234,38 @@ def test_a_lock_is_released_with_delifeq_and_its_ttl_set_with_set_ifeq() -> None
         assert calls(server, "delifeq") == 1
         assert calls(server, "eval") == calls(server, "evalsha") == 0
         assert not lock.locked()
+
+
+@pytest.mark.parametrize("denied", ["-delifeq", "-delifeq -@scripting"])
+def test_a_lock_whose_delifeq_an_acl_refuses_is_released_another_way(denied: str) -> None:
+    with start("valkey") as server:
+        server.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", "+@all", *denied.split())
+        cache = cache_at(f"redis://listed:pw@127.0.0.1:{server.port}/0")
+        for round_ in range(2):
+            if round_ == 0:
+                lock = cache.lock("job", timeout=10)
+                assert lock.acquire(blocking_timeout=2)
+                lock.release()
+            else:
+
+                async def async_round() -> None:
+                    alock = cache.alock("job", timeout=10)
+                    assert await alock.acquire(blocking_timeout=2)
+                    await alock.release()
+
+                asyncio.run(async_round())
+            # Released: another holder takes it at once (the script's delete), or within a
+            # millisecond (the empty value SET IFEQ leaves, expiring, where scripts are denied).
+            other = cache.lock("job", timeout=10)
+            assert other.acquire(blocking_timeout=2)
+            other.release()
+        # Refused once, then not asked again on this node.
+        assert rejected(server, "delifeq") == 1
+        assert "DELIFEQ" in cache._client.offers["refused"]
+        if "@scripting" in denied:
+            assert calls(server, "set") >= 4  # the expiring empty values, SET IFEQ
+        else:
+            assert calls(server, "eval") + calls(server, "evalsha") >= 4
 
 
 def test_incr_past_64_bits_compares_and_sets_with_set_ifeq() -> None:
