@@ -8,7 +8,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from redoxide import _scripts, plans
-from redoxide._offers import node_of, note_refused, refused, release_command, scripts_refused
+from redoxide._offers import (
+    node_of,
+    note_refused,
+    offer_refused,
+    refused,
+    release_command,
+    scripts_refused,
+)
 from redoxide.exceptions import CacheError, ResponseError, SerializationError
 from redoxide.topology.commands import same_slot
 
@@ -135,12 +142,33 @@ class RecomputeMixin:
         try:
             yield c.pipeline, ((store, release),)
         except ResponseError as exc:
-            # The store came first and the error is the release's: scripts refused here.
-            if release[0] != "EVAL" or not refused(exc):
-                raise
-            yield from note_refused(node_of(c, made))
-            self._scripts_refused_seen = True
+            # The store came first and the error is the release's: scripts refused here, or
+            # an offered DELIFEQ / DELEX that an ACL listing commands by name does not allow.
+            yield from self._release_refused(made, lock, token, release, exc)
         return fresh
+
+    def _release_refused(
+        self, made: str, lock: str, token: str, release: tuple[Any, ...], exc: ResponseError
+    ) -> Plan[None]:
+        """After `release` of the recompute lock failed with `exc`: note a refusal (raise
+        anything else) and give the lock back the next way, or leave it to its short
+        timeout."""
+        node = node_of(self._client, made)
+        if release[0] == "EVAL" and refused(exc):
+            yield from note_refused(node)
+            self._scripts_refused_seen = True
+            return
+        if (
+            release[0] not in ("DELIFEQ", "DELEX")
+            or node is None
+            or not offer_refused(exc, release[0])
+        ):
+            raise exc
+        node.refuse(release[0])
+        again = self._recompute_release(made, lock, token)
+        if again is not None:
+            with contextlib.suppress(CacheError):
+                yield self._client.execute, (again,)
 
     def _take_recompute_lock(
         self, made: str, lock: str, token: str, lock_ms: int, threshold: int
@@ -171,7 +199,10 @@ class RecomputeMixin:
             return True
         release = self._recompute_release(made, lock, token, scripts=False)
         if release is not None:
-            yield c.execute, (release,)
+            try:
+                yield c.execute, (release,)
+            except ResponseError as exc:
+                yield from self._release_refused(made, lock, token, release, exc)
         return False
 
     def _recompute_release(

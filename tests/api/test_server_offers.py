@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from redoxide import _offers
 from redoxide.exceptions import NoPermError, ScriptingUnavailableError
+from redoxide.topology.commands import same_slot
 from support.backend import is_redoxide
 from support.servers import (
     Cluster,
@@ -266,6 +268,30 @@ def test_a_lock_whose_delifeq_an_acl_refuses_is_released_another_way(denied: str
             assert calls(server, "set") >= 4  # the expiring empty values, SET IFEQ
         else:
             assert calls(server, "eval") + calls(server, "evalsha") >= 4
+
+
+@pytest.mark.parametrize("denied", ["-delifeq", "-delifeq -@scripting"])
+def test_the_stampede_lock_whose_delifeq_an_acl_refuses_is_given_back_another_way(
+    denied: str,
+) -> None:
+    with start("valkey") as server:
+        server.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", "+@all", *denied.split())
+        cache = cache_at(f"redis://listed:pw@127.0.0.1:{server.port}/0", STAMPEDE_PROTECTION=True)
+        assert cache.get_or_set("computed", lambda: "fresh", timeout=60) == "fresh"
+        assert rejected(server, "delifeq") == 1
+        assert "DELIFEQ" in cache._client.offers["refused"]
+        # The lock the refused DELIFEQ named: given back by the fallback.
+        lock = same_slot(cache.make_and_validate_key("computed"), ":redoxide-recompute")
+
+        def lock_gone() -> bool:
+            return server.cli("EXISTS", lock) == "0"
+
+        deadline = time.monotonic() + 5  # the expiring empty value lives a millisecond
+        while not lock_gone():
+            assert time.monotonic() < deadline, "the recompute lock was not given back"
+        assert cache.get_or_set("computed", lambda: "again", timeout=60) == "fresh"
+        assert asyncio.run(cache.aget_or_set("other", lambda: 2, timeout=60)) == 2
+        assert rejected(server, "delifeq") == 1  # not asked again
 
 
 def test_incr_past_64_bits_compares_and_sets_with_set_ifeq() -> None:
