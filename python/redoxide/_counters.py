@@ -20,6 +20,7 @@ from redoxide._offers import (
     has,
     node_of,
     note_refused,
+    offer_refused,
     refused,
     scripts_refused,
     scripts_unavailable,
@@ -218,7 +219,14 @@ class CountersMixin:
         node = node_of(c, name)
         command = conditional_delete(node, name, value)
         if command is not None:
-            return bool((yield c.execute, (command,)))
+            try:
+                return bool((yield c.execute, (command,)))
+            except ResponseError as exc:
+                # Offered, but an ACL that lists commands by name does not allow it: the
+                # script from now on.
+                if node is None or not offer_refused(exc, command[0]):
+                    raise
+                node.refuse(command[0])
         try:
             return bool((yield c.execute, (("EVAL", _scripts.RELEASE, 1, name, value),)))
         except ResponseError as exc:

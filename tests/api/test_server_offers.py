@@ -550,3 +550,26 @@ def test_incr_version_across_cluster_slots_without_scripts(binary_name: str) -> 
                 cache.incr_version("moved")
             assert cache.get("moved", version=1) == "value"
             assert not cache.has_key("moved", version=2)
+
+
+def test_incr_version_across_slots_where_an_acl_refuses_delifeq_deletes_with_the_script() -> None:
+    binary = server_binary("valkey")
+    if binary is None:
+        pytest.skip("no valkey server binary installed")
+    from redoxide import RedisCache
+
+    with Cluster(binary=binary) as cluster:
+        for node in cluster.nodes:
+            without_delifeq = ("+@all", "-delifeq")
+            node.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", *without_delifeq)
+        urls = [url.replace("redis://", "redis://listed:pw@") for url in cluster.urls]
+        cache = RedisCache(urls, {"OPTIONS": {"CLUSTER": True}})
+        for name in ("moved", "again"):
+            cache.set(name, "value", timeout=100)
+            assert cache.get(name) == "value"  # connected: what the node offers is known
+            assert cache.incr_version(name) == 2
+            assert cache.get(name, version=2) == "value"
+            assert 0 < cache.ttl(name, version=2) <= 100
+            assert not cache.has_key(name, version=1)
+        refusals = sum(rejected(node, "delifeq") for node in cluster.nodes)
+        assert 1 <= refusals <= 2  # once per node the old versions were on, then the script
