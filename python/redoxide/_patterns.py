@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.cache.backends.base import default_key_func
 
 from redoxide._name_shapes import glob_escape, name_matcher
-from redoxide._offers import has
+from redoxide._offers import has, offer_refused
 from redoxide._protocols import ClientLike, Topology, primaries, spans_primaries
-from redoxide.exceptions import ConfigurationError
+from redoxide.exceptions import ConfigurationError, ResponseError
 
 if TYPE_CHECKING:
     from redoxide.plans import Plan
@@ -135,7 +135,29 @@ class PatternsMixin:
         """Run one SCAN step on a node (a CLUSTERSCAN step when `node` is the whole cluster);
         return the next cursor (b"0" when done) and the keys."""
         name = "CLUSTERSCAN" if node is self._client and spans_primaries(node) else "SCAN"
-        reply = yield node.execute, ((name, cursor, "MATCH", match, "COUNT", count),)
+        try:
+            reply = yield node.execute, ((name, cursor, "MATCH", match, "COUNT", count),)
+        except ResponseError as exc:
+            # CLUSTERSCAN offered, but an ACL that lists commands by name does not allow it:
+            # the primaries stop offering it, and this first page is the whole walk, one SCAN
+            # of every primary. (A refusal past the first page, a redirect to a node not
+            # upgraded yet, cannot carry its cursor over: it raises.)
+            if name != "CLUSTERSCAN" or cursor not in (0, b"0") or not offer_refused(exc, name):
+                raise
+            for primary in primaries(self._client) or ():
+                primary.refuse(name)
+            found: list[Any] = []
+            for each in (yield from self._scan_nodes()):  # the primaries, now
+                step: bytes | int = 0
+                while True:
+                    step, keys = yield (
+                        each.execute,
+                        (("SCAN", step, "MATCH", match, "COUNT", count),),
+                    )
+                    found.extend(keys)
+                    if step == b"0":
+                        break
+            return b"0", found
         return reply[0], reply[1]
 
     def _scan_nodes(self) -> Plan[list[Any]]:

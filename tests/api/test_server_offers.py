@@ -573,3 +573,35 @@ def test_incr_version_across_slots_where_an_acl_refuses_delifeq_deletes_with_the
             assert not cache.has_key(name, version=1)
         refusals = sum(rejected(node, "delifeq") for node in cluster.nodes)
         assert 1 <= refusals <= 2  # once per node the old versions were on, then the script
+
+
+def test_a_valkey_cluster_whose_acl_refuses_clusterscan_walks_every_primary_instead() -> None:
+    binary = server_binary("valkey")
+    if binary is None:
+        pytest.skip("no valkey server binary installed")
+    from redoxide import RedisCache
+
+    with Cluster(binary=binary) as cluster:
+        for node in cluster.nodes:
+            node.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", "+@all", "-clusterscan")
+        urls = [url.replace("redis://", "redis://listed:pw@") for url in cluster.urls]
+        options = {"CLUSTER": True, "CLEAR_PREFIX_ONLY": True}
+        cache = RedisCache(urls, {"KEY_PREFIX": "site", "OPTIONS": options})
+        names = [f"user:{i}" for i in range(60)] + [f"page:{i}" for i in range(20)]
+        cache.set_many(dict.fromkeys(names, "v"))
+        assert len(cache.get_many(names)) == 80  # every primary connected: offers known
+        primaries = [node for node in cluster.nodes if node.cli("ROLE").startswith("master")]
+        assert sorted(cache.keys("user:*")) == sorted(names[:60])
+        assert sum(rejected(node, "clusterscan") for node in primaries) == 1
+        assert sorted(set(cache.iter_keys("page:*", itersize=7))) == sorted(names[60:])
+
+        async def collect() -> list[str]:
+            return [key async for key in cache.aiter_keys("page:1*")]
+
+        assert sorted(set(asyncio.run(collect()))) == sorted(n for n in names if "page:1" in n)
+        assert cache.delete_pattern("user:1*") == 11
+        assert cache.clear() is True
+        assert cache.get_many(names) == {}
+        # Refused once; every later walk went straight to SCAN on each primary.
+        assert sum(rejected(node, "clusterscan") for node in primaries) == 1
+        assert sum(calls(node, "scan") for node in primaries) > 0
