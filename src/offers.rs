@@ -40,6 +40,11 @@ pub const NAMES: [(u32, &str); 6] = [
     (LUA, "Lua"),
 ];
 
+/// The names of `bits`, in `NAMES`' order.
+pub fn names(bits: u32) -> Vec<&'static str> {
+    NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, name)| *name).collect()
+}
+
 /// What a server said of itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Server {

