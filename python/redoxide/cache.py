@@ -344,7 +344,7 @@ class RedisCache(
             if not offer_refused(exc, "MSETEX"):
                 raise
             # An ACL that lists commands by name, or a node not upgraded yet: its keys' nodes
-            # stop offering MSETEX (until a new connection learns again), and one SET PX each
+            # stop offering MSETEX (while the same server answers), and one SET PX each
             # stores them all (those already stored again, with the same values).
             for node in {node_of(self._client, key) for key in made} - {None}:
                 node.refuse("MSETEX")  # type: ignore[union-attr]
