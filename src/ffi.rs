@@ -45,6 +45,46 @@ pub fn send_nonblocking(fd: RawFd, buf: &[u8]) -> usize {
     usize::try_from(n).unwrap_or(0)
 }
 
+/// Send what the socket takes right now without blocking (and without SIGPIPE), errors
+/// included: `WouldBlock` when it takes nothing.
+pub fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid, readable slice of `buf.len()` bytes for the whole call.
+    let n =
+        unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | NO_SIGPIPE) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// What `wait_for` waits for.
+#[derive(Clone, Copy)]
+pub enum Ready {
+    Read,
+    Write,
+}
+
+/// Wait up to `timeout` for a socket to be readable or writable (or in error, or closed):
+/// whether it became so. A signal cuts the wait short (reported as ready: the caller tries
+/// again, and waits again for what is left).
+pub fn wait_for(fd: RawFd, ready: Ready, timeout: std::time::Duration) -> io::Result<bool> {
+    let events = match ready {
+        Ready::Read => libc::POLLIN,
+        Ready::Write => libc::POLLOUT,
+    };
+    let mut poll = libc::pollfd { fd, events, revents: 0 };
+    // Rounded up: a wait shorter than a millisecond still waits.
+    let millis =
+        libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `poll` is one valid, initialised pollfd for the whole call.
+    let n = unsafe { libc::poll(&mut poll, 1, millis) };
+    match n {
+        0 => Ok(false),
+        1.. => Ok(true),
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            e => Err(e),
+        },
+    }
+}
+
 /// Shut a socket down both ways, waking whoever waits on it; the descriptor stays open.
 pub fn shutdown(fd: RawFd) {
     // SAFETY: shutdown takes no memory; on a bad descriptor it fails harmlessly.

@@ -90,8 +90,7 @@ def offer_refused(exc: BaseException, name: str) -> bool:
 
 def note_refused(node: Client | None) -> Plan[None]:
     """Remember on `node` that scripts are refused (until a new connection learns again),
-    having learnt first what it offers if no connection of ours told yet (a TLS client's
-    async connection is redis-rs', with no handshake of ours)."""
+    having learnt first what it offers if no connection's handshake told yet."""
     if node is None:
         return
     if node.offers is None:

@@ -29,7 +29,7 @@ use crate::errors::Result;
 use crate::proto::Reply;
 
 pub use queue::{LoopQueue, Wakeup};
-pub use slot::{CompletionGuard, Slot};
+pub use slot::Slot;
 
 /// Add the asyncio bridge's classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

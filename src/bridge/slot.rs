@@ -7,7 +7,7 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
-use crate::errors::{Error, Result};
+use crate::errors::Result;
 use crate::proto::Reply;
 use crate::stats::{Meter, Stats};
 
@@ -90,32 +90,5 @@ impl Slot {
             visit.call(&state.waker)?;
         }
         Ok(())
-    }
-}
-
-/// Completes a slot with an internal error if the task that owns it ends without answering
-/// (a panic unwinding through it, or the runtime shutting down), so no awaitable hangs.
-pub struct CompletionGuard {
-    slot: Arc<Slot>,
-    queue: Arc<LoopQueue>,
-}
-
-impl CompletionGuard {
-    pub fn new(slot: Arc<Slot>, queue: Arc<LoopQueue>) -> Self {
-        CompletionGuard { slot, queue }
-    }
-
-    pub fn finish(self, outcome: Result<Reply>) {
-        self.slot.complete(outcome, &self.queue);
-        // Drop runs next and finds the slot already answered.
-    }
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        self.slot.complete(
-            Err(Error::Internal("the command's task ended without an answer".into())),
-            &self.queue,
-        );
     }
 }

@@ -112,10 +112,10 @@ impl Client {
     pub(crate) fn call_sync(&self, py: Python<'_>, req: &Request) -> Result<Reply, Error> {
         py.detach(|| {
             let meter = Meter::start(req);
-            let shared = self.shared_sync.then(|| self.transport.call_shared(req)).flatten();
-            let outcome = match shared {
-                Some(outcome) => outcome,
-                None => exec_sync(self.id, &self.transport, req),
+            let outcome = if self.shared_sync {
+                self.transport.call_shared(req)
+            } else {
+                exec_sync(self.id, &self.transport, req)
             };
             if let Some(meter) = meter {
                 meter.record(&self.stats, &outcome);

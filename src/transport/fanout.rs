@@ -8,11 +8,11 @@ use std::time::Instant;
 use redis::Pipeline;
 
 use crate::errors::{Error, Result};
-use crate::proto::{Replies, Reply, Request};
+use crate::proto::{Replies, Reply};
 use crate::runtime;
 use crate::transport::blocking::Wait;
 use crate::transport::thread_conns::{self, breaks_connection};
-use crate::transport::{Link, Transport};
+use crate::transport::Transport;
 
 /// One server's part of a fan-out: the client's id (which names its thread connections), its
 /// transport, and the commands to send it.
@@ -30,13 +30,9 @@ pub fn fanout_sync(calls: &[Call<'_>]) -> Vec<Result<Reply>> {
         let mut outcomes: Vec<Option<Result<Reply>>> = (0..calls.len()).map(|_| None).collect();
         let mut sent = vec![false; calls.len()];
         for (i, call) in calls.iter().enumerate() {
-            let Transport::Plain { .. } = call.transport else { continue };
             let packed = call.pipe.get_packed_pipeline();
             let outcome =
-                conns.link(call.id, call.transport, generation).and_then(|link| match link {
-                    Link::Plain(conn) => conn.send(&packed),
-                    Link::Tls(_) => Err(Error::Internal("unexpected TLS link".into())),
-                });
+                conns.link(call.id, call.transport, generation).and_then(|link| link.send(&packed));
             match outcome {
                 Ok(()) => sent[i] = true,
                 Err(err) => {
@@ -52,21 +48,11 @@ pub fn fanout_sync(calls: &[Call<'_>]) -> Vec<Result<Reply>> {
             if outcomes[i].is_some() {
                 continue;
             }
-            let outcome = match call.transport {
-                // TLS goes through redis-rs: one after another, after the others are sent.
-                Transport::Tls(_) => {
-                    drop(conns);
-                    let req = Request::Pipe(call.pipe.clone());
-                    let outcome = thread_conns::exec_sync(call.id, call.transport, &req);
-                    conns = cell.borrow_mut();
-                    outcome
+            let outcome = match conns.find(call.id) {
+                Some(conn) if sent[i] => {
+                    conn.receive_by(Replies::Many(call.pipe.len()), deadline, Wait::Yield)
                 }
-                Transport::Plain { .. } => match conns.find(call.id) {
-                    Some(Link::Plain(conn)) if sent[i] => {
-                        conn.receive_by(Replies::Many(call.pipe.len()), deadline, Wait::Yield)
-                    }
-                    _ => Err(Error::Internal("lost track of a connection".into())),
-                },
+                _ => Err(Error::Internal("lost track of a connection".into())),
             };
             if outcome.as_ref().is_err_and(breaks_connection) {
                 conns.remove(call.id);

@@ -1,12 +1,14 @@
-//! The connections to one server, behind one `Transport`: our own sockets for TCP and unix
-//! servers (a blocking one per thread for sync calls, one multiplexed per process for async
-//! calls), or redis-rs' for TLS.
+//! The connections to one server, behind one `Transport`, all made from one recipe (its
+//! `Endpoint`: where, TLS, timeouts, the handshake with identity and credentials): a blocking
+//! one per thread for sync calls (or one shared by the threads), one multiplexed per process
+//! for async calls. TCP, unix sockets and TLS alike are our own sockets.
 
 mod blocking;
 mod fanout;
 mod mux;
 mod thread_conns;
 mod tls;
+mod tls_io;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,15 +28,20 @@ pub use mux::flush_deferred;
 pub use thread_conns::exec_sync;
 pub use tls::{tls_client, TlsOptions};
 
-/// Where a plain server is.
-#[derive(Clone, Debug)]
+/// Where a server is.
 pub enum Target {
     Tcp(String, u16),
     Unix(PathBuf),
+    /// TLS over TCP, set up once for every connection.
+    Tls {
+        host: String,
+        port: u16,
+        setup: tls::TlsSetup,
+    },
 }
 
-/// Settings for every plain connection made to one server.
-pub struct PlainConfig {
+/// The recipe of every connection made to one server, whoever owns it.
+pub struct Endpoint {
     pub target: Target,
     /// Sent first on every connection.
     pub handshake: Handshake,
@@ -48,13 +55,12 @@ pub struct PlainConfig {
     pub offers: Arc<crate::offers::Offers>,
 }
 
-/// How one client reaches its server.
-pub enum Transport {
-    /// TCP or a unix socket, on our own connections.
-    /// `shared` carries every thread's sync calls under `SYNC_CONNECTIONS: "shared"`.
-    Plain { config: Arc<PlainConfig>, mux: mux::Mux, shared: blocking::shared::Shared },
-    /// TLS, on redis-rs' connections (boxed: redis-rs' client is large).
-    Tls(Box<tls::TlsTransport>),
+/// How one client reaches its server: its endpoint and the connections made from it.
+/// `shared` carries every thread's sync calls under `SYNC_CONNECTIONS: "shared"`.
+pub struct Transport {
+    config: Arc<Endpoint>,
+    mux: mux::Mux,
+    shared: blocking::shared::Shared,
 }
 
 /// Connection timeouts, validated.
@@ -67,10 +73,7 @@ pub struct Timeouts {
 impl Transport {
     /// What the server offers, as its connections learnt it.
     pub fn offers(&self) -> &Arc<crate::offers::Offers> {
-        match self {
-            Transport::Plain { config, .. } => &config.offers,
-            Transport::Tls(tls) => &tls.offers,
-        }
+        &self.config.offers
     }
 
     /// The transport for a parsed LOCATION (credentials and database already applied).
@@ -86,18 +89,21 @@ impl Transport {
         creds: Option<Arc<Cell>>,
     ) -> Result<Self> {
         let target = match info.addr() {
+            ConnectionAddr::TcpTls { host, port, insecure, .. } => {
+                let setup = tls::TlsSetup::new(host, &tls, *insecure)?;
+                Target::Tls { host: host.clone(), port: *port, setup }
+            }
+            _ if !tls.is_default() => {
+                return Err(Error::Config(format!(
+                    "the SSL_* options need a rediss:// or valkeys:// LOCATION, not one for {addr}"
+                )))
+            }
             ConnectionAddr::Tcp(host, port) => Target::Tcp(host.clone(), *port),
             ConnectionAddr::Unix(path) => Target::Unix(path.clone()),
-            _ => {
-                return tls::TlsTransport::open(info, tls, readonly, timeouts, addr, stats, creds)
-                    .map(|t| Transport::Tls(Box::new(t)))
+            other => {
+                return Err(Error::Config(format!("unsupported address for {addr}: {other:?}")))
             }
         };
-        if !tls.is_default() {
-            return Err(Error::Config(format!(
-                "the SSL_* options need a rediss:// or valkeys:// LOCATION, not one for {addr}"
-            )));
-        }
         let settings = info.redis_settings();
         let library = Some(("redoxide", env!("CARGO_PKG_VERSION")));
         let password = if creds.is_some() { None } else { settings.password() };
@@ -106,7 +112,7 @@ impl Transport {
             Handshake::identified(settings.username(), password, settings.db(), readonly, library)
                 .with_credentials(creds)
                 .learning(Arc::clone(&offers));
-        let config = Arc::new(PlainConfig {
+        let config = Arc::new(Endpoint {
             target,
             handshake,
             connect_timeout: timeouts.connect,
@@ -115,7 +121,7 @@ impl Transport {
             stats: Arc::clone(stats),
             offers,
         });
-        Ok(Transport::Plain {
+        Ok(Transport {
             mux: mux::Mux::new(Arc::clone(&config)),
             shared: blocking::shared::Shared::new(Arc::clone(&config)),
             config,
@@ -124,33 +130,23 @@ impl Transport {
 
     /// The client's counters.
     pub fn stats(&self) -> &Arc<Stats> {
-        match self {
-            Transport::Plain { config, .. } => &config.stats,
-            Transport::Tls(tls) => &tls.stats,
-        }
+        &self.config.stats
     }
 
     /// How long a reply may take.
     pub fn response_timeout(&self) -> Duration {
-        match self {
-            Transport::Plain { config, .. } => config.response_timeout,
-            Transport::Tls(tls) => tls.timeouts.response,
-        }
+        self.config.response_timeout
     }
 
-    /// A sync call on the process' one shared sync connection (plain servers), the GIL
-    /// released by the caller; None for TLS, whose sync calls use a connection per thread.
-    pub fn call_shared(&self, req: &Request) -> Option<Result<Reply>> {
-        let Transport::Plain { shared, .. } = self else { return None };
-        Some(shared.call(req))
+    /// A sync call on the process' one shared sync connection, the GIL released by the
+    /// caller.
+    pub fn call_shared(&self, req: &Request) -> Result<Reply> {
+        self.shared.call(req)
     }
 
     /// A new blocking connection, for one thread.
     fn connect(&self) -> Result<Link> {
-        match self {
-            Transport::Plain { config, .. } => blocking::Blocking::connect(config).map(Link::Plain),
-            Transport::Tls(tls) => tls.connect().map(Link::Tls),
-        }
+        blocking::Blocking::connect(&self.config)
     }
 
     /// Send a request from an event loop on the process' shared connection; its outcome
@@ -162,43 +158,22 @@ impl Transport {
         slot: Arc<Slot>,
         queue: Arc<LoopQueue>,
     ) -> Result<(Option<Arc<dyn Poller>>, bool)> {
-        match self {
-            Transport::Plain { mux, .. } => {
-                let (packed, replies) = req.pack();
-                let replayable = req.is_idempotent();
-                let (conn, schedule) = mux.submit(packed, replies, replayable, slot, queue)?;
-                let conn: Arc<dyn Poller> = conn;
-                Ok((Some(conn), schedule))
-            }
-            Transport::Tls(tls) => tls.submit(req, slot, queue).map(|()| (None, false)),
-        }
+        let (packed, replies) = req.pack();
+        let replayable = req.is_idempotent();
+        let (conn, schedule) = self.mux.submit(packed, replies, replayable, slot, queue)?;
+        let conn: Arc<dyn Poller> = conn;
+        Ok((Some(conn), schedule))
     }
 }
 
 /// One thread's blocking connection to a server.
-enum Link {
-    Plain(blocking::Blocking),
-    Tls(tls::TlsLink),
-}
+type Link = blocking::Blocking;
 
 impl Link {
-    /// Whether the server closed the connection (or sent something unasked) while it sat idle.
-    fn is_stale(&self) -> bool {
-        match self {
-            Link::Plain(conn) => conn.is_stale(),
-            Link::Tls(_) => false,
-        }
-    }
-
     /// One round trip.
-    fn send(&mut self, req: &Request) -> Result<Reply> {
-        match self {
-            Link::Plain(conn) => {
-                let (packed, replies) = req.pack();
-                conn.request(&packed, replies)
-            }
-            Link::Tls(conn) => conn.send(req),
-        }
+    fn send_request(&mut self, req: &Request) -> Result<Reply> {
+        let (packed, replies) = req.pack();
+        self.request(&packed, replies)
     }
 }
 
@@ -229,12 +204,15 @@ mod tests {
 
     #[test]
     fn plain_and_tls_urls_choose_their_transport() {
-        assert!(matches!(
-            open("redis://:pw@127.0.0.1:1/2", options()),
-            Ok(Transport::Plain { .. })
-        ));
-        assert!(matches!(open("unix:///tmp/r.sock", options()), Ok(Transport::Plain { .. })));
-        assert!(matches!(open("rediss://127.0.0.1:1", options()), Ok(Transport::Tls(_))));
+        let kind = |t: &Target| match t {
+            Target::Tcp(..) => "tcp",
+            Target::Unix(_) => "unix",
+            Target::Tls { .. } => "tls",
+        };
+        let target = |url| open(url, options()).map(|t| kind(&t.config.target));
+        assert!(matches!(target("redis://:pw@127.0.0.1:1/2"), Ok("tcp")));
+        assert!(matches!(target("unix:///tmp/r.sock"), Ok("unix")));
+        assert!(matches!(target("rediss://127.0.0.1:1"), Ok("tls")));
     }
 
     #[test]

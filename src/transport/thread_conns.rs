@@ -114,7 +114,7 @@ pub fn exec_sync(id: u64, transport: &Transport, req: &Request) -> Result<Reply>
         // One answer for both: a request that may be replayed skips the staleness check.
         let replayable = req.is_idempotent();
         let (at, reused) = conns.position(id, transport, generation, replayable)?;
-        let mut result = conns.0[at].link.send(req);
+        let mut result = conns.0[at].link.send_request(req);
         if let Err(err) = &result {
             if breaks_connection(err) {
                 conns.0.swap_remove(at);
@@ -123,7 +123,7 @@ pub fn exec_sync(id: u64, transport: &Transport, req: &Request) -> Result<Reply>
                     let mut link = transport.connect()?;
                     conns.forget_lost(id);
                     transport.stats().reconnected();
-                    result = link.send(req);
+                    result = link.send_request(req);
                     if !matches!(result, Err(Error::Connection(_) | Error::Timeout(_))) {
                         conns.0.push(ThreadConn { client_id: id, generation, link });
                     }

@@ -131,12 +131,9 @@ def test_every_owner_presents_one_identity_and_follows_a_rotation(node: Node, ow
         assert (fields.get("lib-ver") or None) == LIB_VER, fields
 
     answer_next(holder, cell, ("u2", PW2))
-    # The one exception, as docs/credentials.md says: on TLS the async connection is redis-rs'
-    # reconnecting manager, which cannot AUTH in place; it is replaced by one made as u2.
-    replaced = owner == "async" and node.url.startswith("rediss:")
     # The tracking connection is keyed on its user, not its id: a probe that times out on a
     # loaded host remakes it, as it should.
-    by_user = replaced or owner == "tracking"
+    by_user = owner == "tracking"
 
     def rotated() -> bool:
         call()
@@ -147,9 +144,7 @@ def test_every_owner_presents_one_identity_and_follows_a_rotation(node: Node, ow
 
     wait_until(rotated, what=f"{owner}'s connections to be u2")
     now = owned(node, owner, before)
-    if replaced:
-        assert not set(first) & set(now)
-    elif not by_user:  # the same connections, re-authenticated
+    if not by_user:  # the same connections, re-authenticated in place (TLS too)
         assert set(first) <= set(now)
     for fields in now.values():
         assert fields["user"] == "u2", fields

@@ -1,106 +1,23 @@
 //! The sync path's connection: a blocking socket owned by one thread, one round trip a call.
 
 pub mod shared;
+mod socket;
 mod spin;
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use crate::errors::{Error, Result};
-use crate::ffi;
 use crate::proto::read_buf::unreadable;
 use crate::proto::{ReadBuf, Replies};
-use crate::runtime;
 use crate::stats::Open;
-use crate::transport::{PlainConfig, Target};
+use crate::transport::Endpoint;
 
+use socket::Socket;
 use spin::Spin;
 pub use spin::Wait;
-
-enum Socket {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Socket {
-    fn fd(&self) -> RawFd {
-        match self {
-            Socket::Tcp(s) => s.as_raw_fd(),
-            Socket::Unix(s) => s.as_raw_fd(),
-        }
-    }
-
-    // Writes go through a shared reference: the threads of a shared connection write while
-    // its leader reads.
-
-    /// `write_all`, but within one deadline for the whole buffer: the socket's write timeout
-    /// bounds each write() call, so a server that reads a byte now and then would otherwise
-    /// keep a large send going for ever. Only a write cut short pays for re-arming the timeout;
-    /// `timeout` (the usual bound) is put back after that.
-    fn write_all_by(&self, buf: &[u8], timeout: Duration) -> std::io::Result<()> {
-        let deadline = Instant::now() + timeout;
-        let mut rest = buf;
-        let mut shortened = false;
-        while !rest.is_empty() {
-            let written = match self {
-                Socket::Tcp(s) => (&*s).write(rest),
-                Socket::Unix(s) => (&*s).write(rest),
-            };
-            match written {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-            if !rest.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(std::io::ErrorKind::TimedOut.into());
-                }
-                self.set_write_timeout(left)?;
-                shortened = true;
-            }
-        }
-        if shortened {
-            self.set_write_timeout(timeout)?;
-        }
-        Ok(())
-    }
-
-    fn set_write_timeout(&self, timeout: Duration) -> std::io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.set_write_timeout(Some(timeout)),
-            Socket::Unix(s) => s.set_write_timeout(Some(timeout)),
-        }
-    }
-
-    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.set_read_timeout(Some(timeout)),
-            Socket::Unix(s) => s.set_read_timeout(Some(timeout)),
-        }
-    }
-
-    fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            let result = match self {
-                Socket::Tcp(s) => (&*s).read(buf),
-                Socket::Unix(s) => (&*s).read(buf),
-            };
-            // A signal handler ran: the socket is fine, read again.
-            match result {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                other => return other,
-            }
-        }
-    }
-}
 
 /// How long a fan-out's read past its deadline may wait: enough to read replies that arrived
 /// while another server was being waited for, too short to wait for new ones.
@@ -109,7 +26,7 @@ const PAST_DEADLINE_GRACE: Duration = Duration::from_millis(1);
 /// One thread's connection to the server.
 pub struct Blocking {
     socket: Socket,
-    config: Arc<PlainConfig>,
+    config: Arc<Endpoint>,
     buf: ReadBuf,
     spin: Spin,
     /// Counts the connection open while it lives.
@@ -122,7 +39,7 @@ pub struct Blocking {
     auth_gen: u64,
 }
 
-fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
+fn io_error(err: &std::io::Error, config: &Endpoint, during: &str) -> Error {
     let addr = &config.addr;
     match err.kind() {
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Error::Timeout(format!(
@@ -133,77 +50,16 @@ fn io_error(err: &std::io::Error, config: &PlainConfig, during: &str) -> Error {
     }
 }
 
-/// The addresses of a host, found within `timeout` (the system resolver alone can block for
-/// its own, much longer, timeout: it runs on the I/O runtime's blocking pool instead).
-fn resolve(host: &str, port: u16, timeout: Duration, addr: &str) -> Result<Vec<SocketAddr>> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let target = format!("{host}:{port}");
-    runtime::get()?.spawn(async move {
-        let found = tokio::net::lookup_host(target).await.map(Iterator::collect::<Vec<_>>);
-        // The caller may have given up: nobody to tell.
-        let _ = tx.send(found);
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(Ok(found)) => Ok(found),
-        Ok(Err(e)) => Err(Error::Connection(format!("Cannot resolve Redis host {addr}: {e}"))),
-        Err(_) => Err(Error::Connection(format!(
-            "Resolving Redis host {addr} took longer than the connect timeout ({timeout:?})"
-        ))),
-    }
-}
-
 impl Blocking {
     /// Connect within the connect timeout and run the AUTH / SELECT handshake.
-    pub fn connect(config: &Arc<PlainConfig>) -> Result<Self> {
+    pub fn connect(config: &Arc<Endpoint>) -> Result<Self> {
         let addr = &config.addr;
         // One connect timeout in all: waiting for a provider's first credentials, connecting,
         // and waiting for fresh credentials after a refusal.
         let deadline = Instant::now() + config.connect_timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
         config.handshake.first(left())?;
-        let refused = |e: &std::io::Error| {
-            Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
-        };
-        let socket = match &config.target {
-            Target::Tcp(host, port) => {
-                let mut last = None;
-                let mut stream = None;
-                for sockaddr in resolve(host, *port, left(), addr)? {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        last = Some(std::io::ErrorKind::TimedOut.into());
-                        break;
-                    }
-                    match TcpStream::connect_timeout(&sockaddr, left) {
-                        Ok(s) => {
-                            stream = Some(s);
-                            break;
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                let stream = match (stream, last) {
-                    (Some(s), _) => s,
-                    (None, Some(e)) => return Err(refused(&e)),
-                    (None, None) => {
-                        return Err(Error::Connection(format!("{addr} resolves to no address")))
-                    }
-                };
-                stream.set_nodelay(true).map_err(|e| refused(&e))?;
-                stream.set_read_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
-                stream.set_write_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
-                Socket::Tcp(stream)
-            }
-            Target::Unix(path) => {
-                let stream = UnixStream::connect(path).map_err(|e| refused(&e))?;
-                stream.set_read_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
-                stream.set_write_timeout(Some(config.response_timeout)).map_err(|e| refused(&e))?;
-                Socket::Unix(stream)
-            }
-        };
+        let socket = Socket::connect(config, deadline)?;
         let mut conn = Blocking {
             socket,
             config: Arc::clone(config),
@@ -241,7 +97,7 @@ impl Blocking {
     /// Whether the server closed this connection (or sent something unasked) while it sat
     /// idle: then it must not be used, and a command sent on it would be lost.
     pub fn is_stale(&self) -> bool {
-        ffi::has_pending_input(self.socket.fd())
+        self.socket.has_pending_input()
     }
 
     /// Send packed commands and read their replies (one value, or a list of them).
@@ -335,13 +191,11 @@ impl Blocking {
                 Ok(None) => {}
                 Err(e) => return Err(unreadable(&self.config.addr, e)),
             }
-            let fd = self.socket.fd();
             if !caught {
                 // Poll while the reply is likely close; the first bytes end the polling.
-                let room = self.buf.room();
                 let mut got = 0;
                 loop {
-                    match ffi::recv_nonblocking(fd, room) {
+                    match self.socket.try_recv(&mut self.buf) {
                         // End of stream: the blocking read below reports it.
                         Ok(0) => break,
                         Ok(n) => {
@@ -362,7 +216,6 @@ impl Blocking {
                 caught = true;
                 if got > 0 {
                     self.config.stats.received(got);
-                    self.buf.advance(got);
                     continue;
                 }
                 missed = true;
@@ -378,17 +231,14 @@ impl Blocking {
                 shortened = true;
             }
             blocked = true;
-            match self.socket.read(self.buf.room()) {
+            match self.socket.read_into(&mut self.buf) {
                 Ok(0) => {
                     return Err(Error::Connection(format!(
                         "Connection to Redis at {} was closed by the server",
                         self.config.addr
                     )))
                 }
-                Ok(n) => {
-                    self.config.stats.received(n);
-                    self.buf.advance(n);
-                }
+                Ok(n) => self.config.stats.received(n),
                 Err(e) => return Err(io_error(&e, &self.config, "waiting for the reply")),
             }
         }
@@ -417,16 +267,18 @@ impl Blocking {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
     use std::os::unix::net::UnixListener;
     use std::path::PathBuf;
     use std::thread::JoinHandle;
 
     use super::*;
     use crate::proto::handshake::Handshake;
+    use crate::transport::Target;
 
     /// A one-connection server on a fresh socket path that, for each script step, reads
     /// `expect` bytes and then writes `reply` (in two halves, to split replies across reads).
-    fn serve(script: Vec<(usize, &'static [u8])>) -> (Arc<PlainConfig>, JoinHandle<()>, PathBuf) {
+    fn serve(script: Vec<(usize, &'static [u8])>) -> (Arc<Endpoint>, JoinHandle<()>, PathBuf) {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("redoxide-{}-{n}.sock", std::process::id()));
@@ -446,8 +298,8 @@ mod tests {
         (config(Target::Unix(path.clone()), Handshake::new(None, None, 0, false)), server, path)
     }
 
-    fn config(target: Target, handshake: Handshake) -> Arc<PlainConfig> {
-        Arc::new(PlainConfig {
+    fn config(target: Target, handshake: Handshake) -> Arc<Endpoint> {
+        Arc::new(Endpoint {
             target,
             handshake,
             connect_timeout: Duration::from_secs(2),
@@ -478,8 +330,8 @@ mod tests {
     fn a_refused_password_is_an_authentication_error() {
         let handshake = Handshake::new(None, Some("bad"), 0, false);
         let sent = handshake.packed().len();
-        let (cfg, server, path) = serve(vec![(sent, b"-WRONGPASS invalid password\r\n")]);
-        let cfg = config(cfg.target.clone(), handshake);
+        let (_, server, path) = serve(vec![(sent, b"-WRONGPASS invalid password\r\n")]);
+        let cfg = config(Target::Unix(path.clone()), handshake);
         let err = Blocking::connect(&cfg).err().unwrap();
         assert!(matches!(&err, Error::Connection(m) if m.starts_with("Authentication")), "{err:?}");
         server.join().unwrap();
@@ -494,13 +346,13 @@ mod tests {
         let auth = |password: &str| redis::cmd("AUTH").arg("u").arg(password).get_packed_command();
         let get = redis::cmd("GET").arg("k").get_packed_command();
         let (first, changed) = (auth("a"), [auth("b"), get.clone()].concat());
-        let (cfg, server, path) = serve(vec![
+        let (_, server, path) = serve(vec![
             (first.len(), b"+OK\r\n"),
             (changed.len(), b"+OK\r\n$1\r\nv\r\n"),
             (get.len(), b"$1\r\nw\r\n"),
         ]);
         let handshake = Handshake::new(None, None, 0, false).with_credentials(Some(creds.clone()));
-        let cfg = config(cfg.target.clone(), handshake);
+        let cfg = config(Target::Unix(path.clone()), handshake);
         let mut conn = Blocking::connect(&cfg).unwrap();
         creds.set(Some("u".into()), "b".into());
         // AUTH with the new password and the GET in one write; AUTH's reply is not the GET's.
@@ -516,12 +368,12 @@ mod tests {
         let creds = Arc::new(Cell::default());
         creds.set(None, "old".into());
         let auth = |password: &str| redis::cmd("AUTH").arg(password).get_packed_command();
-        let (cfg, server, path) = serve(vec![
+        let (_, server, path) = serve(vec![
             (auth("old").len(), b"-WRONGPASS invalid password\r\n"),
             (auth("new").len(), b"+OK\r\n"),
         ]);
         let handshake = Handshake::new(None, None, 0, false).with_credentials(Some(creds.clone()));
-        let cfg = config(cfg.target.clone(), handshake);
+        let cfg = config(Target::Unix(path.clone()), handshake);
         let provider = {
             let creds = Arc::clone(&creds);
             std::thread::spawn(move || {
@@ -572,7 +424,7 @@ mod tests {
                 }
             }
         });
-        let cfg = Arc::new(PlainConfig {
+        let cfg = Arc::new(Endpoint {
             target: Target::Unix(path.clone()),
             handshake: Handshake::new(None, None, 0, false),
             connect_timeout: Duration::from_secs(2),

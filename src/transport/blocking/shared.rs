@@ -13,19 +13,17 @@
 //! do, and a lone thread pays exactly what it pays on a connection of its own: write, poll
 //! briefly while a core is free (`Spin`), read.
 
-use std::os::fd::RawFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use crate::errors::{Error, Result};
-use crate::ffi;
 use crate::proto::{ReadBuf, Replies, Reply, Request};
 use crate::runtime::PerFork;
 use crate::stats::Open;
 use crate::transport::mux::fifo::Fifo;
-use crate::transport::PlainConfig;
+use crate::transport::Endpoint;
 
 use super::spin::Spin;
 use super::{io_error, Blocking, Socket};
@@ -40,7 +38,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The process' shared sync connection to one server, remade on demand.
 pub struct Shared {
-    config: Arc<PlainConfig>,
+    config: Arc<Endpoint>,
     /// Per fork generation: a child never locks its parent's.
     current: PerFork<Mutex<Current>>,
 }
@@ -57,7 +55,7 @@ struct Current {
 }
 
 impl Shared {
-    pub fn new(config: Arc<PlainConfig>) -> Self {
+    pub fn new(config: Arc<Endpoint>) -> Self {
         Shared { config, current: PerFork::new() }
     }
 
@@ -248,8 +246,7 @@ impl Drop for Handover<'_> {
 /// One connection, shared by the process' threads.
 struct Line {
     socket: Socket,
-    fd: RawFd,
-    config: Arc<PlainConfig>,
+    config: Arc<Endpoint>,
     /// Held by a caller from queueing its waiter until its bytes are written: the order on the
     /// wire is the order of the waiting list, and the leader never waits for a write.
     writing: Mutex<()>,
@@ -275,7 +272,6 @@ impl Line {
         // (If that fails, the connection's own response timeout stays: a coarser check.)
         let _ = socket.set_read_timeout(recheck);
         Line {
-            fd: socket.fd(),
             socket,
             config,
             writing: Mutex::new(()),
@@ -292,7 +288,7 @@ impl Line {
         if st.broken.is_some() {
             return false;
         }
-        !(st.waiting.is_empty() && !st.leader && ffi::has_pending_input(self.fd))
+        !(st.waiting.is_empty() && !st.leader && self.socket.has_pending_input())
     }
 
     fn call(&self, packed: &[u8], replies: Replies) -> Result<Value> {
@@ -369,9 +365,9 @@ impl Line {
                 return outcome;
             }
             let got = if polling {
-                ffi::recv_nonblocking(self.fd, reader.buf.room())
+                self.socket.try_recv(&mut reader.buf)
             } else {
-                self.socket.read(reader.buf.room())
+                self.socket.read_into(&mut reader.buf)
             };
             let step = match got {
                 Ok(0) => Err(Error::Connection(format!(
@@ -381,7 +377,6 @@ impl Line {
                 Ok(n) => {
                     caught |= polling;
                     self.config.stats.received(n);
-                    reader.buf.advance(n);
                     let absorbed = self.absorb(&mut reader.buf);
                     if polling {
                         absorbed // within the poll window: no deadline is near
@@ -453,7 +448,7 @@ impl Line {
     fn break_line(&self, err: &Error) -> (Vec<Waiting>, Error) {
         let mut st = lock(&self.state);
         let first = st.broken.get_or_insert_with(|| {
-            ffi::shutdown(self.fd);
+            self.socket.shutdown();
             err.clone()
         });
         let first = first.clone();
@@ -488,8 +483,8 @@ mod tests {
         path
     }
 
-    fn config(path: &Path, timeout: Duration) -> Arc<PlainConfig> {
-        Arc::new(PlainConfig {
+    fn config(path: &Path, timeout: Duration) -> Arc<Endpoint> {
+        Arc::new(Endpoint {
             target: Target::Unix(path.to_path_buf()),
             handshake: Handshake::new(None, None, 0, false),
             connect_timeout: Duration::from_secs(2),

@@ -19,7 +19,6 @@ pub(in crate::transport) mod fifo;
 mod stream;
 mod tasks;
 
-use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Notify;
@@ -31,7 +30,7 @@ use crate::ffi;
 use crate::proto::{ReadBuf, Replies};
 use crate::runtime::{self, PerFork};
 use crate::stats::{Open, Stats};
-use crate::transport::PlainConfig;
+use crate::transport::Endpoint;
 
 pub use done::Done;
 use fifo::Fifo;
@@ -52,7 +51,7 @@ struct Waiter {
 
 enum Phase {
     Connecting,
-    Ready(RawFd),
+    Ready,
     Broken,
 }
 
@@ -92,15 +91,14 @@ impl Poller for Conn {
     /// awaiting coroutine that is polling anyway picks its reply up without waiting for the
     /// I/O thread to wake.
     fn poll(&self) {
-        let fd = match lock(&self.state).phase {
-            Phase::Ready(fd) => fd,
-            _ => return,
-        };
+        if !matches!(lock(&self.state).phase, Phase::Ready) {
+            return;
+        }
+        let Some(stream) = self.stream.get() else { return };
         let Ok(mut rs) = self.reading.try_lock() else { return };
         // EOF and errors are left for the reader task to report.
-        if let Ok(n @ 1..) = ffi::recv_nonblocking(fd, rs.room()) {
+        if let Ok(n @ 1..) = stream.recv_now(&mut rs) {
             self.stats.received(n);
-            rs.advance(n);
             if let Err(err) = self.absorb(&mut rs) {
                 self.break_with(&err);
             }
@@ -112,21 +110,26 @@ impl Conn {
     /// Write the buffered bytes from this thread, unless the writer task has them.
     fn flush_now(&self) {
         let mut st = lock(&self.state);
-        let Phase::Ready(fd) = st.phase else { return };
+        let Phase::Ready = st.phase else { return };
         if st.writing || st.outbuf.is_empty() {
             return;
         }
-        self.send_buffered(&mut st, fd);
+        self.send_buffered(&mut st);
     }
 
     /// Write what the socket takes of the buffered bytes now; the writer task gets the rest.
-    fn send_buffered(&self, st: &mut State, fd: RawFd) {
+    fn send_buffered(&self, st: &mut State) {
         st.batched = 0;
-        let sent = ffi::send_nonblocking(fd, &st.outbuf).min(st.outbuf.len());
-        st.outbuf.drain(..sent);
-        if !st.outbuf.is_empty() {
+        let (sent, unsent) = self.send_now(&st.outbuf);
+        st.outbuf.drain(..sent.min(st.outbuf.len()));
+        if !st.outbuf.is_empty() || unsent {
             self.wake_writer.notify_one();
         }
+    }
+
+    /// Write from this thread what the socket takes now (see `Stream::send_now`).
+    fn send_now(&self, buf: &[u8]) -> (usize, bool) {
+        self.stream.get().map_or((0, false), |stream| stream.send_now(buf))
     }
 
     /// Parse the complete replies in the read buffer and hand them to their waiters.
@@ -197,14 +200,14 @@ pub struct Mux(Arc<Shared>);
 
 /// A client's connection and its settings, shared with the connection (for replays).
 struct Shared {
-    config: Arc<PlainConfig>,
+    config: Arc<Endpoint>,
     /// Per fork generation: a child leaks its parent's connection (its socket is registered
     /// with the parent's reactor, and touching it would disturb the parent).
     current: PerFork<Mutex<Option<Arc<Conn>>>>,
 }
 
 impl Mux {
-    pub fn new(config: Arc<PlainConfig>) -> Self {
+    pub fn new(config: Arc<Endpoint>) -> Self {
         Mux(Arc::new(Shared { config, current: PerFork::new() }))
     }
 
@@ -312,13 +315,13 @@ impl Shared {
     ) -> (Arc<Conn>, bool) {
         let defer = flusher.is_some();
         let mut st = lock(&conn.state);
-        let direct = matches!(st.phase, Phase::Ready(_))
+        let direct = matches!(st.phase, Phase::Ready)
             && st.waiting.is_empty()
             && !defer
             && st.outbuf.is_empty()
             && !st.writing;
-        if let (true, Idle::Check, Phase::Ready(fd)) = (direct, idle, &st.phase) {
-            if ffi::has_pending_input(*fd) {
+        if let (true, Idle::Check) = (direct, idle) {
+            if conn.stream.get().is_some_and(Stream::has_pending_input) {
                 // Idle, so anything to read is the end of the stream (or bytes nobody asked
                 // for): the server closed the connection and the reader has not seen it yet.
                 drop(st);
@@ -352,7 +355,7 @@ impl Shared {
         // authenticates with what is current when its handshake goes out).
         let mut auth_len = 0;
         let mut packed = packed;
-        if let Phase::Ready(_) = st.phase {
+        if let Phase::Ready = st.phase {
             if let Some(mut auth) = self.config.handshake.reauth(&mut st.auth_gen) {
                 let waiter = Waiter { done: Done::Discard(None), deadline, replay: None };
                 st.waiting.push(waiter, Replies::One);
@@ -364,12 +367,12 @@ impl Shared {
         st.waiting.push(Waiter { done, deadline, replay: None }, replies);
         let mut schedule = false;
         match st.phase {
-            Phase::Ready(fd) if direct => {
+            Phase::Ready if direct => {
                 self.config.stats.sent(packed.len());
                 // Nothing in flight: write from this thread, saving a hop to the I/O thread.
-                let sent = ffi::send_nonblocking(fd, &packed);
-                if sent < packed.len() {
-                    st.outbuf.extend_from_slice(&packed[sent..]);
+                let (sent, unsent) = conn.send_now(&packed);
+                if sent < packed.len() || unsent {
+                    st.outbuf.extend_from_slice(&packed[sent.min(packed.len())..]);
                     conn.wake_writer.notify_one();
                 }
                 if idle == Idle::Replay {
@@ -381,7 +384,7 @@ impl Shared {
                     }
                 }
             }
-            Phase::Ready(fd) => {
+            Phase::Ready => {
                 self.config.stats.sent(packed.len());
                 // Replies are outstanding. Bytes the writer task is writing are its to finish;
                 // otherwise whoever adds to the buffer sees it written, and never counts on
@@ -397,10 +400,10 @@ impl Shared {
                         st.batched += 1;
                         if st.batched >= EARLY_FLUSH {
                             // The loop's flush finds what is left, if anything.
-                            conn.send_buffered(&mut st, fd);
+                            conn.send_buffered(&mut st);
                         }
                     } else {
-                        conn.send_buffered(&mut st, fd);
+                        conn.send_buffered(&mut st);
                     }
                 }
             }

@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use super::{lock, BreakOnDrop, Conn, Done, Phase, Stream, Waiter};
 use crate::errors::Error;
 use crate::proto::Replies;
-use crate::transport::PlainConfig;
+use crate::transport::Endpoint;
 
-pub(super) async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
+pub(super) async fn connect(conn: Arc<Conn>, config: Arc<Endpoint>) {
     let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
     let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
@@ -27,7 +27,6 @@ pub(super) async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
             )));
         }
     };
-    let fd = stream.fd();
     if conn.stream.set(stream).is_err() {
         return conn.break_with(&Error::Internal("connection opened twice".into()));
     }
@@ -36,7 +35,7 @@ pub(super) async fn connect(conn: Arc<Conn>, config: Arc<PlainConfig>) {
         if matches!(st.phase, Phase::Broken) {
             return;
         }
-        st.phase = Phase::Ready(fd);
+        st.phase = Phase::Ready;
         st.auth_gen = auth_gen;
         let _ = conn.open.set(config.stats.opened());
         // Commands queued while connecting had connect + response time; now connected, they
@@ -70,7 +69,7 @@ async fn write_loop(conn: Arc<Conn>, addr: Arc<str>) {
                 if matches!(st.phase, Phase::Broken) {
                     return;
                 }
-                if st.outbuf.is_empty() {
+                if st.outbuf.is_empty() && !stream.unsent() {
                     st.writing = false;
                     break;
                 }
@@ -118,13 +117,12 @@ async fn read_loop(conn: Arc<Conn>, addr: Arc<str>, response_timeout: Duration) 
         let outcome = {
             let mut rs = lock(&conn.reading);
             let rs = &mut *rs;
-            match stream.try_read(rs.room()) {
+            match stream.try_read_into(rs) {
                 Ok(0) => Err(Error::Connection(format!(
                     "Connection to Redis at {addr} was closed by the server"
                 ))),
                 Ok(n) => {
                     conn.stats.received(n);
-                    rs.advance(n);
                     conn.absorb(rs)
                 }
                 // A polling caller may have taken the bytes first.
