@@ -7,6 +7,8 @@ JSON). Every view has an async twin (for the ASGI servers) and a sync twin (for 
 - ``six``: aincr of a counter, aset of a ~150-byte dict, aget of it, aset_many of 10 keys,
   aget_many of those 10, adelete of one key;
 - ``read``: 10 gets of hot keys, one 10-key get_many, and one set in every ten requests;
+- ``read1`` / ``read20``: the gets and the get_many of ``read``, and a set_many of all ten hot
+  keys in 1% / 20% of requests (each worker process writes what the others keep);
 - ``base``: no cache at all, a 2-byte response (the server's and Django's own cost);
 - ``setup``: writes the counter and the hot keys, then reads one back (run once per server);
 - ``six_open``: the six calls of ``six`` for a fail-open cache (fullstack_soak.py's faults):
@@ -95,6 +97,7 @@ ITEMS = 1000
 BATCH = {f"batch:{i}": VALUE for i in range(10)}
 BATCH_KEYS = list(BATCH)
 HOT = [f"hot:{i}" for i in range(10)]
+HOT_VALUES = {key: VALUE for key in HOT}
 _reads = itertools.count()
 
 
@@ -186,6 +189,40 @@ async def aread(request):
     return _reply(hits == len(HOT) and len(got) == len(HOT))
 
 
+def _read_writing(every):
+    hits = sum(cache.get(key) is not None for key in HOT)
+    got = cache.get_many(HOT)
+    if next(_reads) % every == 0:
+        cache.set_many(HOT_VALUES, None)
+    return _reply(hits == len(HOT) and len(got) == len(HOT))
+
+
+def read1(request):
+    return _read_writing(100)
+
+
+def read20(request):
+    return _read_writing(5)
+
+
+async def _aread_writing(every):
+    hits = 0
+    for key in HOT:
+        hits += await cache.aget(key) is not None
+    got = await cache.aget_many(HOT)
+    if next(_reads) % every == 0:
+        await cache.aset_many(HOT_VALUES, None)
+    return _reply(hits == len(HOT) and len(got) == len(HOT))
+
+
+async def aread1(request):
+    return await _aread_writing(100)
+
+
+async def aread20(request):
+    return await _aread_writing(5)
+
+
 def base(request):
     return HttpResponse(b"ok")
 
@@ -204,11 +241,15 @@ urlpatterns = [
     path("sync/six/", views.six),
     path("sync/six_open/", views.six_open),
     path("sync/read/", views.read),
+    path("sync/read1/", views.read1),
+    path("sync/read20/", views.read20),
     path("sync/base/", views.base),
     path("async/setup/", views.asetup),
     path("async/six/", views.asix),
     path("async/six_open/", views.asix_open),
     path("async/read/", views.aread),
+    path("async/read1/", views.aread1),
+    path("async/read20/", views.aread20),
     path("async/base/", views.abase),
 ]
 """

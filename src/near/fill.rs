@@ -23,6 +23,24 @@ use crate::py::functions::fanout_metered;
 /// installed: a get_many's other keys ride in the same round trip).
 pub type FillKey = (Box<[u8]>, Option<Token>);
 
+/// At most this many keys invalidated while being hit ride along with one fill.
+const REFRESH_BATCH: usize = 64;
+
+/// Add to a fill the keys the server invalidated while they were being hit, when every kept
+/// key lives on the server the fill goes to (one server, or one primary with replicas: not a
+/// cluster, whose fills go to the primary of each key's slot): they are read and installed in
+/// the same round trip, so a write of many hot keys by another client costs this process one
+/// round trip, not one per key. Return how many keys the caller asked for (the values it
+/// gets back).
+fn with_refresh(near: &Near, keys: &mut Vec<FillKey>) -> usize {
+    let asked = keys.len();
+    if near.one_primary() {
+        let more = near.store.take_refresh(REFRESH_BATCH);
+        keys.extend(more.into_iter().map(|(key, token)| (key, Some(token))));
+    }
+    asked
+}
+
 /// The round trip of a fill: GET of every key, and PTTL after each one that is filled.
 fn request(keys: &[FillKey]) -> Pipeline {
     let mut pipe = Pipeline::with_capacity(keys.len() * 2);
@@ -105,16 +123,19 @@ fn many_raising(py: Python<'_>, values: Vec<Value>) -> PyResult<Py<PyAny>> {
 
 type Convert = fn(Python<'_>, Vec<Value>) -> PyResult<Py<PyAny>>;
 
-/// A fill of `keys` on `client`, blocking (GIL released).
+/// A fill of `keys` on `client`, blocking (GIL released): the values of the first `asked`.
 fn sync(
     py: Python<'_>,
     near: &Near,
     client: &Client,
     keys: &[FillKey],
+    asked: usize,
     convert: Convert,
 ) -> PyResult<Py<PyAny>> {
     let reply = client.call_sync(py, &Request::Pipe(request(keys)));
-    convert(py, settle(near, keys, client.addr(), reply)?)
+    let mut values = settle(near, keys, client.addr(), reply)?;
+    values.truncate(asked);
+    convert(py, values)
 }
 
 /// An async fill's keys, their tokens cancelled if its awaitable is dropped (or its request
@@ -134,12 +155,14 @@ impl Drop for Guard {
     }
 }
 
-/// A fill of `keys` on `client` from an event loop: the awaitable, settled when converted.
+/// A fill of `keys` on `client` from an event loop: the awaitable of the first `asked`
+/// values, settled when converted.
 fn pending(
     py: Python<'_>,
     near: &Arc<Near>,
     client: &Client,
     keys: Vec<FillKey>,
+    asked: usize,
     bridge: Py<Bridge>,
     convert: Convert,
 ) -> PyResult<Py<PyAny>> {
@@ -148,7 +171,8 @@ fn pending(
         Guard { near: Arc::clone(near), keys, source: Arc::clone(client.addr()), settled: false };
     let finish: Finish = Box::new(move |py: Python<'_>, reply: Reply| {
         guard.settled = true;
-        let values = settle(&guard.near, &guard.keys, &guard.source, Ok(reply))?;
+        let mut values = settle(&guard.near, &guard.keys, &guard.source, Ok(reply))?;
+        values.truncate(asked);
         convert(py, values)
     });
     let pending = client.run_async(py, bridge, req, reply::to_py)?;
@@ -156,7 +180,7 @@ fn pending(
 }
 
 /// A get's fill of `key` under `token` on `client`: the value, or with `bridge` its
-/// awaitable.
+/// awaitable (keys to refresh ride along: `with_refresh`).
 pub fn fill_key(
     py: Python<'_>,
     near: &Arc<Near>,
@@ -165,27 +189,30 @@ pub fn fill_key(
     token: Token,
     bridge: Option<Py<Bridge>>,
 ) -> PyResult<Py<PyAny>> {
-    let keys = vec![(Box::from(key), Some(token))];
+    let mut keys = vec![(Box::from(key), Some(token))];
+    let asked = with_refresh(near, &mut keys);
     match bridge {
-        None => sync(py, near, client, &keys, one),
-        Some(bridge) => pending(py, near, client, keys, bridge, one),
+        None => sync(py, near, client, &keys, asked, one),
+        Some(bridge) => pending(py, near, client, keys, asked, bridge, one),
     }
 }
 
 /// A get_many's fill of `keys` on `client`: the list of values (an error reply raises with
 /// `raising`, else it is an instance in the list), or with `bridge` its awaitable.
+/// Keys to refresh ride along (`with_refresh`).
 pub fn fill_keys(
     py: Python<'_>,
     near: &Arc<Near>,
     client: &Client,
-    keys: Vec<FillKey>,
+    mut keys: Vec<FillKey>,
     raising: bool,
     bridge: Option<Py<Bridge>>,
 ) -> PyResult<Py<PyAny>> {
     let convert: Convert = if raising { many_raising } else { many };
+    let asked = with_refresh(near, &mut keys);
     match bridge {
-        None => sync(py, near, client, &keys, convert),
-        Some(bridge) => pending(py, near, client, keys, bridge, convert),
+        None => sync(py, near, client, &keys, asked, convert),
+        Some(bridge) => pending(py, near, client, keys, asked, bridge, convert),
     }
 }
 

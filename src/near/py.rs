@@ -235,6 +235,7 @@ impl NearCache {
     /// the server that owns the key now (one server's `get` / `aget` run the same): GET and
     /// PTTL in one round trip, installed if the token survived and the server is tracked;
     /// the value, or with `bridge` its awaitable. A failed round trip cancels the token.
+    /// Keys the server invalidated while they were being hit ride along (`fill::with_refresh`).
     #[pyo3(signature = (client, key, token, bridge=None))]
     fn fill(
         &self,
@@ -252,7 +253,7 @@ impl NearCache {
     /// round trip, each installed as `fill` says. The values in order, or with `bridge` their
     /// awaitable; an error reply raises with `raising` (one server: the caller's error), else
     /// it is a `ResponseError` instance in the list (a router reads that key again). A failed
-    /// round trip cancels every token and raises.
+    /// round trip cancels every token and raises. Keys to refresh ride along, as in `fill`.
     #[pyo3(signature = (client, keys, tokens, raising=false, bridge=None))]
     fn fill_keys(
         &self,
@@ -508,6 +509,7 @@ impl NearCache {
             ("expired", &s.expired),
             ("gate_trips", &s.gate_trips),
             ("gate_refusals", &s.gate_refusals),
+            ("refreshes", &s.refreshes),
         ];
         for (name, counter) in counters {
             out.set_item(name, counter.load(Ordering::Relaxed))?;

@@ -5,8 +5,8 @@
 //! Everything here runs without the GIL: the tracking task applies invalidations directly,
 //! and Python only ever copies a value out (`get`) or in (`install`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -24,69 +24,12 @@ const ENTRY_OVERHEAD: usize = 96;
 /// Fills that never reported back (a cancelled task) are forgotten past this many.
 const MAX_PENDING: usize = 100_000;
 const NIL: usize = usize::MAX;
+/// Keys invalidated while being hit, waiting to ride along with this process' next fill, are
+/// forgotten past this many (an invalidation storm costs bounded memory; the rest are read
+/// when next missed, one by one).
+const MAX_REFRESH: usize = 1024;
 
-/// Why everything was dropped at once; the index into `Stats::flushes`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flush {
-    /// The server said so: FLUSHDB, FLUSHALL, SWAPDB, a replica's resync (a null invalidation).
-    Server,
-    /// The tracking connection was (re)established: anything from before may have been missed.
-    Connect,
-    /// The tracking connection was lost.
-    Disconnect,
-    /// This process flushed the database itself (clear, FLUSHDB through the cache).
-    Own,
-    /// The nodes to track changed (a failover, a new slot map).
-    Topology,
-    /// A forked child starts empty.
-    Fork,
-    /// The database under the tracking connection changed without a message (SWAPDB).
-    Swapped,
-}
-
-impl Flush {
-    /// Every reason, in `Stats::flushes` order, with its name for `near_cache_stats()`.
-    pub const ALL: [(Flush, &'static str); 7] = [
-        (Flush::Server, "server"),
-        (Flush::Connect, "connect"),
-        (Flush::Disconnect, "disconnect"),
-        (Flush::Own, "own"),
-        (Flush::Topology, "topology"),
-        (Flush::Fork, "fork"),
-        (Flush::Swapped, "swapped"),
-    ];
-
-    fn index(self) -> usize {
-        Flush::ALL.iter().position(|(f, _)| *f == self).unwrap_or(0)
-    }
-}
-
-/// Counters, read without a lock.
-#[derive(Default)]
-pub struct Stats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub installs: AtomicU64,
-    /// Values this process wrote through the tracking connection and kept without reading
-    /// them back (counted in `installs` too).
-    pub own_writes_kept: AtomicU64,
-    /// Sync lookups that waited for another thread's fill (or own write) of the key instead
-    /// of reading the server themselves.
-    pub fill_waits: AtomicU64,
-    /// Fills whose token an invalidation or a flush killed before the reply was installed.
-    pub fills_dropped: AtomicU64,
-    /// Values over MAX_VALUE_BYTES, fetched but not kept.
-    pub too_large: AtomicU64,
-    /// Keys named by the server's invalidation messages.
-    pub invalidations: AtomicU64,
-    pub evictions: AtomicU64,
-    pub expired: AtomicU64,
-    /// Times the gate was found shut after having been open (a hit refused for staleness).
-    pub gate_trips: AtomicU64,
-    /// Lookups of a present entry refused because the gate was shut.
-    pub gate_refusals: AtomicU64,
-    pub flushes: [AtomicU64; 7],
-}
+pub use super::store_stats::{Flush, Stats};
 
 /// Limits from OPTIONS["NEAR_CACHE"].
 #[derive(Clone, Copy, Debug)]
@@ -101,6 +44,9 @@ struct Node {
     /// Shared so that a hit takes a reference under the lock and copies after it.
     value: Arc<[u8]>,
     expires_ns: u64,
+    /// Served since it was filled: when the server invalidates it, it is refreshed with this
+    /// process' next fill rather than only dropped.
+    hit: bool,
     prev: usize,
     next: usize,
 }
@@ -127,6 +73,9 @@ struct Inner {
     /// written value once the server has answered; it is 0 (installs nothing) once a second
     /// write of the key, an invalidation or a flush came while one was in flight.
     writing: HashMap<Box<[u8]>, (u64, u32, u64)>,
+    /// Kept keys another client's write invalidated while they were being hit: the next fill
+    /// this process sends reads them too (`take_refresh`), in the same round trip.
+    refresh: HashSet<Box<[u8]>>,
 }
 
 /// What a lookup found.
@@ -170,6 +119,7 @@ impl Store {
                 epoch: 0,
                 waiters: 0,
                 writing: HashMap::new(),
+                refresh: HashSet::new(),
             }),
             filled: Condvar::new(),
             stats: Stats::default(),
@@ -194,6 +144,7 @@ impl Store {
                 self.stats.expired.fetch_add(1, Ordering::Relaxed);
             } else if serve {
                 inner.touch(idx);
+                inner.nodes[idx].hit = true;
                 let value = Arc::clone(&inner.nodes[idx].value);
                 drop(inner);
                 // Copied after the lock is released: the caller makes a Python object of it,
@@ -323,10 +274,38 @@ impl Store {
             inner.pending.remove(key);
             inner.poison_write(key);
             if let Some(&idx) = inner.map.get(key) {
+                if inner.nodes[idx].hit && inner.refresh.len() < MAX_REFRESH {
+                    inner.refresh.insert(key.into());
+                }
                 inner.remove(idx);
             }
         }
         self.wake(&inner);
+    }
+
+    /// Keys to read with a fill that goes to the server anyway: up to `limit` of those the
+    /// server invalidated while they were being hit, each registered for a fill under its own
+    /// token (as a lookup's miss would), unless it is kept again, being filled or written.
+    pub fn take_refresh(&self, limit: usize) -> Vec<(Box<[u8]>, Token)> {
+        let mut inner = self.lock();
+        if inner.refresh.is_empty() {
+            return Vec::new();
+        }
+        let now = now_ns();
+        let keys: Vec<Box<[u8]>> = inner.refresh.iter().take(limit).cloned().collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            inner.refresh.remove(&key);
+            let busy = inner.map.contains_key(&key)
+                || inner.pending.contains_key(&key)
+                || inner.writing.contains_key(&key);
+            if !busy {
+                let token = inner.register(&key, now);
+                out.push((key, token));
+            }
+        }
+        self.stats.refreshes.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
     }
 
     /// Drop everything and kill every fill in flight.
@@ -339,6 +318,7 @@ impl Store {
         inner.tail = NIL;
         inner.bytes = 0;
         inner.pending.clear();
+        inner.refresh.clear();
         for write in inner.writing.values_mut() {
             write.0 = 0;
         }
@@ -434,6 +414,10 @@ impl Inner {
     }
 
     fn register(&mut self, key: &[u8], now: u64) -> Token {
+        if !self.refresh.is_empty() {
+            // Filled now: nothing left to refresh.
+            self.refresh.remove(key);
+        }
         if self.pending.len() >= MAX_PENDING {
             // Abandoned fills (cancelled awaits): forgetting them all only costs a few installs.
             self.pending.clear();
@@ -507,7 +491,7 @@ impl Inner {
     }
 
     fn insert(&mut self, key: Box<[u8]>, value: Arc<[u8]>, expires_ns: u64, size: usize) {
-        let node = Node { key: key.clone(), value, expires_ns, prev: NIL, next: NIL };
+        let node = Node { key: key.clone(), value, expires_ns, hit: false, prev: NIL, next: NIL };
         let idx = match self.free.pop() {
             Some(idx) => {
                 self.nodes[idx] = node;
@@ -547,6 +531,57 @@ mod tests {
         let Err(token) = get(&s, b"k") else { panic!("hit in an empty store") };
         assert!(s.install(b"k", token, b"v", -1));
         assert_eq!(get(&s, b"k"), Ok(b"v".to_vec()));
+    }
+
+    /// Keys filled, then each of `hit` read once from the store.
+    fn kept(s: &Store, keys: &[&[u8]], hit: &[&[u8]]) {
+        for key in keys {
+            let Err(token) = get(s, key) else { panic!("{key:?} was kept already") };
+            assert!(s.install(key, token, b"v", -1));
+        }
+        for key in hit {
+            assert!(get(s, key).is_ok());
+        }
+    }
+
+    #[test]
+    fn keys_invalidated_while_hit_are_refreshed_with_the_next_fill_once() {
+        let s = store(10_000);
+        kept(&s, &[b"a", b"b", b"cold"], &[b"a", b"b"]);
+        s.invalidate_from_server([&b"a"[..], b"b", b"cold"].into_iter());
+        // "cold" was not read since its fill: dropped, not refreshed.
+        let mut taken = s.take_refresh(64);
+        taken.sort_by(|x, y| x.0.cmp(&y.0));
+        let keys: Vec<&[u8]> = taken.iter().map(|(k, _)| &**k).collect();
+        assert_eq!(keys, [&b"a"[..], b"b"]);
+        for (key, token) in &taken {
+            assert!(s.install(key, *token, b"new", -1));
+            assert_eq!(get(&s, key), Ok(b"new".to_vec()));
+        }
+        assert!(s.take_refresh(64).is_empty());
+        assert_eq!(s.stats.refreshes.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_refresh_obeys_the_fill_tokens_and_skips_keys_filled_meanwhile() {
+        let s = store(10_000);
+        kept(&s, &[b"a", b"b", b"c"], &[b"a", b"b", b"c"]);
+        s.invalidate_from_server([&b"a"[..], b"b", b"c"].into_iter());
+        // "a" is being filled by a lookup's miss already; "b" is refreshed, but another write's
+        // invalidation overtakes its reply.
+        let Err(_) = get(&s, b"a") else { panic!() };
+        let taken = s.take_refresh(64);
+        let keys: Vec<&[u8]> = taken.iter().map(|(k, _)| &**k).collect();
+        assert!(!keys.contains(&&b"a"[..]) && keys.len() == 2, "{keys:?}");
+        s.invalidate_from_server([&b"b"[..]].into_iter());
+        for (key, token) in &taken {
+            assert_eq!(s.install(key, *token, b"new", -1), &**key != b"b");
+        }
+        // A flush forgets what was waiting to be refreshed.
+        kept(&s, &[b"d"], &[b"d"]);
+        s.invalidate_from_server([&b"d"[..]].into_iter());
+        s.flush(Flush::Server);
+        assert!(s.take_refresh(64).is_empty());
     }
 
     #[test]

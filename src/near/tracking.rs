@@ -137,6 +137,9 @@ pub struct Near {
     /// keys go through (tracking with NOLOOP, the server tells us nothing of them: the
     /// written value is installed here instead), with the set it belongs to.
     writer: Mutex<Option<Writer>>,
+    /// Every kept key lives on each tracked server's primary (one server, replicas, Sentinel;
+    /// not a cluster): a fill may carry keys to refresh (`fill::with_refresh`).
+    one_primary: AtomicBool,
 }
 
 /// A tracking connection that carries writes.
@@ -181,6 +184,7 @@ impl Near {
                 tasks: Vec::new(),
             }),
             writer: Mutex::new(None),
+            one_primary: AtomicBool::new(false),
         }
     }
 
@@ -328,6 +332,11 @@ impl Near {
     }
 
     /// Track these servers from now on (a failover, a new slot map): flush, and restart.
+    /// Whether every kept key lives on one primary (see `one_primary`).
+    pub fn one_primary(&self) -> bool {
+        self.one_primary.load(Ordering::Acquire)
+    }
+
     /// Whether the server at `addr` is in the tracked set: a fill read from it may be
     /// installed (its invalidations are heard). A router's fill reads the node that owned
     /// the key when it was asked, which a failover may have taken out of the set since.
@@ -336,6 +345,9 @@ impl Near {
     }
 
     pub fn track(self: &Arc<Self>, sources: Vec<Source>) -> Result<()> {
+        // The database marker is watched exactly where every key lives on one primary (a
+        // cluster has no SWAPDB, and its keys live on many).
+        self.one_primary.store(sources.iter().all(|s| s.check_db), Ordering::Release);
         let mut trackers = locked(&self.trackers);
         self.reset(&mut trackers, sources.into_iter().map(Arc::new).collect())
     }
