@@ -59,7 +59,9 @@ def modes_of(target: str) -> tuple[str, ...]:
 # -- the child: one target, one round ---------------------------------------------------------
 
 
-def child(target: str, url: str, ca: str, ops: int, concurrency: int) -> dict[str, list[float]]:
+def child(  # noqa: C901 - one timed loop per mode, side by side
+    target: str, url: str, ca: str, ops: int, concurrency: int
+) -> dict[str, list[float]]:
     backend, options = options_for(target, ca)
     setup_django(
         CACHES={"default": {"BACKEND": backend, "LOCATION": url, "OPTIONS": options}},
@@ -105,7 +107,7 @@ def child(target: str, url: str, ca: str, ops: int, concurrency: int) -> dict[st
             wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             record("async-serial", phase, wall, cpu, ops)
 
-            async def worker(w: int) -> None:
+            async def worker(w: int, phase: str = phase) -> None:
                 for i in range(w, ops, concurrency):
                     await async_call(phase, i)
 
@@ -121,7 +123,9 @@ def child(target: str, url: str, ca: str, ops: int, concurrency: int) -> dict[st
 # -- the parent: server, rounds, report --------------------------------------------------------
 
 
-def run_child(target: str, pythonpath: str | None, args: argparse.Namespace, url: str, ca: str) -> Any:
+def run_child(
+    target: str, pythonpath: str | None, args: argparse.Namespace, url: str, ca: str
+) -> Any:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
@@ -190,9 +194,13 @@ def report(results: dict[str, dict[str, list[list[float]]]], args: argparse.Name
     names = list(results)
     what = "plain TCP" if args.plain else "TLS"
     print(f"{what}, {args.ops} calls a phase, {args.runs} rounds, medians; calls/s (CPU us/call)")
-    print("| mode / phase | " + " | ".join(names) + " | " + " | ".join(
-        f"{n} / redoxide" for n in names if n != "redoxide"
-    ) + " |")
+    print(
+        "| mode / phase | "
+        + " | ".join(names)
+        + " | "
+        + " | ".join(f"{n} / redoxide" for n in names if n != "redoxide")
+        + " |"
+    )
     print("|---" * (len(names) * 2) + "|")
     for mode in MODES:
         for phase in PHASES:

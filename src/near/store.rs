@@ -332,16 +332,16 @@ impl Store {
         len <= self.limits.max_value_bytes
     }
 
-    /// Before this process writes `key` through the tracking connection: drop it and kill
-    /// its fills (as `invalidate`), and claim the install of the written value. A second
-    /// write of the key while one is in flight claims nothing and spoils the first's claim:
-    /// which of the two the server applies last is not known here.
+    /// Before this process writes `key` through the tracking connection: kill its fills in
+    /// flight (their replies may come from either side of the write), and claim the install of
+    /// the written value. A kept copy stays served until the write is answered: a read
+    /// meanwhile runs concurrently with a write not yet done, and may return the value from
+    /// before it (an invalidation still drops it, as ever). A second write of the key while
+    /// one is in flight claims nothing and spoils the first's claim: which of the two the
+    /// server applies last is not known here.
     pub fn begin_write(&self, key: &[u8]) -> Token {
         let mut inner = self.lock();
         inner.pending.remove(key);
-        if let Some(&idx) = inner.map.get(key) {
-            inner.remove(idx);
-        }
         self.wake(&inner);
         if let Some(write) = inner.writing.get_mut(key) {
             write.0 = 0;
@@ -355,7 +355,8 @@ impl Store {
     }
 
     /// The server answered (or failed) a write begun with `begin_write`: install `written`
-    /// (its bytes and its expiry in ms, None for none) if the claim survived; whether it was
+    /// (its bytes and its expiry in ms, None for none) if the claim survived, else drop the
+    /// copy from before the write (the write is done, or its fate unknown); whether it was
     /// installed. Readers waiting for the key look again.
     pub fn end_write(
         &self,
@@ -376,9 +377,13 @@ impl Store {
             None => (0, 0),
         };
         self.wake(&inner);
-        let Some((value, ttl_ms)) = written else { return false };
+        let Some((value, ttl_ms)) = written else {
+            inner.drop_key(key);
+            return false;
+        };
         if claim == 0 || claim != token.0 {
             self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
+            inner.drop_key(key);
             return false;
         }
         let ttl_ns = match ttl_ms {
@@ -408,6 +413,13 @@ impl Store {
 }
 
 impl Inner {
+    /// Drop the kept copy of `key`, if any.
+    fn drop_key(&mut self, key: &[u8]) {
+        if let Some(&idx) = self.map.get(key) {
+            self.remove(idx);
+        }
+    }
+
     /// Spoil the install claim of a write of `key` in flight; whether there was one.
     fn poison_write(&mut self, key: &[u8]) -> bool {
         self.writing.get_mut(key).map(|write| write.0 = 0).is_some()
@@ -582,6 +594,25 @@ mod tests {
         s.invalidate_from_server([&b"d"[..]].into_iter());
         s.flush(Flush::Server);
         assert!(s.take_refresh(64).is_empty());
+    }
+
+    #[test]
+    fn a_kept_copy_is_served_during_an_own_write_and_replaced_or_dropped_after() {
+        let s = store(10_000);
+        kept(&s, &[b"a", b"b", b"c"], &[]);
+        let (ta, tb, tc) = (s.begin_write(b"a"), s.begin_write(b"b"), s.begin_write(b"c"));
+        for key in [&b"a"[..], b"b", b"c"] {
+            assert_eq!(get(&s, key), Ok(b"v".to_vec()), "{key:?} during its write");
+        }
+        assert!(s.end_write(b"a", ta, Some((b"new", None))));
+        assert_eq!(get(&s, b"a"), Ok(b"new".to_vec()));
+        // A write that did not apply, or failed: what was kept before it may be stale now.
+        assert!(!s.end_write(b"b", tb, None));
+        assert!(get(&s, b"b").is_err());
+        // A claim another client's write spoiled: dropped too.
+        s.invalidate_from_server([&b"c"[..]].into_iter());
+        assert!(!s.end_write(b"c", tc, Some((b"new", None))));
+        assert!(get(&s, b"c").is_err());
     }
 
     #[test]

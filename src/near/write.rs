@@ -4,9 +4,10 @@
 //! writing process does not drop (and then read back) what it has just written. Instead the
 //! written values are installed here when the server's answer arrives, on the I/O runtime,
 //! under the store's write claims (`Store::begin_write`): an invalidation or a flush
-//! meanwhile, or a second own write of the key in flight, spoils a claim, and a read of the
-//! key while the write is in flight installs nothing. Other processes see the write as
-//! before, through their own tracking connections.
+//! meanwhile, or a second own write of the key in flight, spoils a claim (and drops the copy
+//! from before the write); a read of the key while the write is in flight is served the copy
+//! from before it, or reads the server and installs nothing. Other processes see the write
+//! as before, through their own tracking connections.
 
 use std::sync::Arc;
 use std::time::Duration;
