@@ -9,11 +9,19 @@ from typing import Any
 import pytest
 from support.backend import build_cache, topology_settings
 from support.dispatch import Ops
-from support.near import after_stale_bound, near_options, serving, stop_tracking, warm
+from support.near import (
+    after_stale_bound,
+    near_options,
+    serving,
+    stop_tracking,
+    wait_for,
+    warm,
+)
 
 
-def _pair(topology: str, request: pytest.FixtureRequest) -> tuple[Any, Any]:
-    """A near-cached cache and a plain one (the other client) on the same keys."""
+def _pair(topology: str, request: pytest.FixtureRequest, **limits: Any) -> tuple[Any, Any]:
+    """A near-cached cache (NEAR_CACHE with `limits`) and a plain one (the other client) on
+    the same keys."""
     settings = topology_settings(topology, request)
     options = dict(settings.get("OPTIONS", {}))
     if topology == "replicas":
@@ -22,7 +30,7 @@ def _pair(topology: str, request: pytest.FixtureRequest) -> tuple[Any, Any]:
     plain = build_cache(settings["LOCATION"], {"KEY_PREFIX": prefix, "OPTIONS": options})
     near = build_cache(
         settings["LOCATION"],
-        {"KEY_PREFIX": prefix, "OPTIONS": {**options, "NEAR_CACHE": near_options()}},
+        {"KEY_PREFIX": prefix, "OPTIONS": {**options, "NEAR_CACHE": near_options(**limits)}},
     )
     return near, plain
 
@@ -48,6 +56,36 @@ def test_writes_by_another_client_are_seen_on_every_topology(
         assert ops.get_many(keys) == {k: 2 for k in keys[1:]}
         assert ops.get("cfg:5") == 2
         assert near.near_cache_stats()["invalidations"] >= 20
+        plain.delete_many(keys)
+    finally:
+        stop_tracking(near)
+
+
+@pytest.mark.parametrize("topology", ["cluster", "sentinel", "replicas"])
+def test_hot_keys_another_client_wrote_come_back_with_one_fill(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    # Where every key lives on one primary (Sentinel, replicas), the keys another client
+    # wrote while they were being hit ride along with the next fill; a cluster's fills go to
+    # each key's own primary, so there each is read when next missed. MAX_STALE_MS of a
+    # minute: the gate cannot shut on a loaded host and turn a hit into a miss.
+    near, plain = _pair(topology, request, MAX_STALE_MS=60_000)
+    try:
+        keys = [f"cfg:r{i}" for i in range(10)]
+        plain.set_many(dict.fromkeys(keys, 1))
+        serving(near)
+        for _ in range(2):  # filled, then hit
+            assert [near.get(k) for k in keys] == [1] * len(keys)
+        before = near.near_cache_stats()
+        plain.set_many(dict.fromkeys(keys, 2))
+        wait_for(
+            "the invalidations",
+            lambda: near.near_cache_stats()["invalidations"] >= before["invalidations"] + 10,
+        )
+        assert near.get(keys[0]) == 2
+        refreshed = near.near_cache_stats()["refreshes"] - before["refreshes"]
+        assert refreshed == (0 if topology == "cluster" else len(keys) - 1)
+        assert [near.get(k) for k in keys] == [2] * len(keys)
         plain.delete_many(keys)
     finally:
         stop_tracking(near)

@@ -92,6 +92,7 @@ def test_idle_connections_are_kept_across_calls(server: TLSServer, certs: Certs)
     try:
         loop.run_until_complete(cache.aset("k", 1))
         cache.reset_stats()
+        # (Earlier tests' connections may close meanwhile: only new ones count.)
         before = set(clients_of(server.server))
         for i in range(30):
             cache.set("k", i)  # a write: the socket is asked before it goes out
@@ -100,7 +101,7 @@ def test_idle_connections_are_kept_across_calls(server: TLSServer, certs: Certs)
             assert loop.run_until_complete(cache.aget("k")) == i
         totals = cache.stats()["totals"]
         assert totals["reconnects"] == 0, totals
-        assert set(clients_of(server.server)) == before
+        assert not set(clients_of(server.server)) - before
     finally:
         loop.close()
 
@@ -148,13 +149,13 @@ def test_one_shared_sync_connection_over_tls(server: TLSServer, certs: Certs) ->
         thread.join()
     assert not errors, errors[:3]
     # No connection was made for the threads: they all went through the shared one.
-    assert set(clients_of(server.server)) <= before
+    assert not set(clients_of(server.server)) - before
 
 
 def test_a_server_that_stops_answering_times_out_and_recovers(
     server: TLSServer, certs: Certs
 ) -> None:
-    cache = cache_of(server, certs, SOCKET_TIMEOUT=0.3)
+    cache = cache_of(server, certs, SOCKET_TIMEOUT=1.0)
     cache.set("k", "v")
     loop = asyncio.new_event_loop()
     try:
