@@ -99,6 +99,8 @@ impl Stream {
         Ok(n)
     }
 
+    /// What the socket takes of `buf` now (plain streams: `write_all` runs TLS on its own,
+    /// through the session; the TLS arm is the same thing for completeness).
     fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_write(buf),
