@@ -19,6 +19,9 @@ enum Step {
     ReadOnly,
     /// CLIENT SETINFO: servers before 7.2 refuse it, and that is no reason to fail.
     SetInfo,
+    /// `HELLO 3`, for the near cache's tracking connection: a refusal (a server before 6) is
+    /// one of tracking.
+    Resp3,
     /// HELLO without a protocol version (it changes nothing): the server's name, version and
     /// modules. A server before 6 refuses it: nothing is learnt, no reason to fail.
     Hello,
@@ -58,6 +61,29 @@ impl Handshake {
         readonly: bool,
         library: Option<(&str, &str)>,
     ) -> Self {
+        Self::build(username, password, db, readonly, library, false)
+    }
+
+    /// `identified`, speaking RESP3 (`HELLO 3` right after AUTH): the near cache's tracking
+    /// connection, whose invalidations are pushed between its replies.
+    pub fn resp3(
+        username: Option<&str>,
+        password: Option<&str>,
+        db: i64,
+        readonly: bool,
+        library: Option<(&str, &str)>,
+    ) -> Self {
+        Self::build(username, password, db, readonly, library, true)
+    }
+
+    fn build(
+        username: Option<&str>,
+        password: Option<&str>,
+        db: i64,
+        readonly: bool,
+        library: Option<(&str, &str)>,
+        resp3: bool,
+    ) -> Self {
         let mut pipe = Pipeline::new();
         let mut steps = Vec::new();
         if let Some(password) = password {
@@ -67,6 +93,10 @@ impl Handshake {
             }
             pipe.add_command(auth.arg(password).clone());
             steps.push(Step::Auth);
+        }
+        if resp3 {
+            pipe.add_command(redis::cmd("HELLO").arg(3).clone());
+            steps.push(Step::Resp3);
         }
         if db != 0 {
             pipe.add_command(redis::cmd("SELECT").arg(db).clone());
@@ -306,6 +336,22 @@ mod tests {
         let bad_db = reply(b"-ERR DB index is out of range\r\n");
         let replies = Value::Array(vec![bad_db, Value::Okay, Value::Okay]);
         assert!(matches!(hs.check(replies, "h:1"), Err(Error::Response { .. })));
+    }
+
+    #[test]
+    fn a_resp3_handshake_says_hello_3_after_auth_and_its_refusal_counts() {
+        let hs = Handshake::resp3(None, Some("pw"), 0, false, Some(("redoxide", "1.2.3")));
+        assert!(hs.needs_answer());
+        assert_eq!(hs.replies(), Replies::Many(4));
+        let text = String::from_utf8_lossy(hs.packed()).into_owned();
+        assert!(text.contains("AUTH\r\n$2\r\npw\r\n*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"), "{text}");
+        let old = reply(b"-ERR unknown command 'HELLO'\r\n");
+        let replies = Value::Array(vec![Value::Okay, old, Value::Okay, Value::Okay]);
+        assert!(matches!(hs.check(replies, "h:1"), Err(Error::Response { .. })));
+        let map = Value::Map(vec![]);
+        assert!(hs
+            .check(Value::Array(vec![Value::Okay, map, Value::Okay, Value::Okay]), "h:1")
+            .is_ok());
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! A RESP2 reply parser for the async connection: incremental, allocation-light, bounded.
+//! The reply parser of our connections: incremental, allocation-light, bounded. RESP2, which
+//! every data connection speaks, and RESP3's types too, for the near cache's tracking
+//! connection (`HELLO 3`): its replies and the invalidations pushed between them (`>`).
 
-use redis::Value;
+use redis::{PushKind, Value};
 
 /// Why a buffer could not be parsed.
 #[derive(Debug, PartialEq, Eq)]
@@ -38,8 +40,8 @@ fn scan_at(buf: &[u8], start: usize, depth: usize) -> Result<Scan, ParseError> {
         return Ok(Scan::NeedAtLeast(buf.len() + 1));
     };
     match kind {
-        b'+' | b'-' | b':' => Ok(Scan::Complete(next)),
-        b'$' => {
+        b'+' | b'-' | b':' | b'_' | b'#' | b',' | b'(' => Ok(Scan::Complete(next)),
+        b'$' | b'!' | b'=' => {
             let len = int(text)?;
             if len < 0 {
                 return Ok(Scan::Complete(next));
@@ -52,10 +54,16 @@ fn scan_at(buf: &[u8], start: usize, depth: usize) -> Result<Scan, ParseError> {
                 + 2;
             Ok(if buf.len() >= end { Scan::Complete(end) } else { Scan::NeedAtLeast(end) })
         }
-        b'*' => {
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
             let len = int(text)?;
+            // A map's and an attribute's entries are pairs; an attribute precedes its value.
+            let items = match kind {
+                b'%' => len.max(0).saturating_mul(2),
+                b'|' => len.max(0).saturating_mul(2).saturating_add(1),
+                _ => len.max(0),
+            };
             let mut at = next;
-            for _ in 0..len.max(0) {
+            for _ in 0..items {
                 match scan_at(buf, at, depth + 1)? {
                     Scan::Complete(end) => at = end,
                     need => return Ok(need),
@@ -107,6 +115,25 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
             Ok(Some((value, next)))
         }
         b':' => Ok(Some((Value::Int(int(text)?), next))),
+        b'_' => Ok(Some((Value::Nil, next))),
+        b'#' => match text {
+            b"t" => Ok(Some((Value::Boolean(true), next))),
+            b"f" => Ok(Some((Value::Boolean(false), next))),
+            _ => Err(ParseError::Protocol("bad boolean".into())),
+        },
+        b',' => {
+            let double = std::str::from_utf8(text).ok().and_then(|t| t.parse::<f64>().ok());
+            let double = double.ok_or_else(|| ParseError::Protocol("bad double".into()))?;
+            Ok(Some((Value::Double(double), next)))
+        }
+        b'(' => Ok(Some((Value::BigNumber(text.to_vec()), next))),
+        b'!' | b'=' => {
+            // Rare (a blob error, a verbatim string): let redis-rs read the whole of it.
+            let Scan::Complete(end) = scan_at(buf, start, depth)? else { return Ok(None) };
+            let value = redis::parse_redis_value(&buf[start..end])
+                .map_err(|e| ParseError::Protocol(format!("bad reply: {e}")))?;
+            Ok(Some((value, end)))
+        }
         b'$' => {
             let len = int(text)?;
             if len < 0 {
@@ -146,6 +173,56 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
                 }
             }
             Ok(Some((Value::Array(items), at)))
+        }
+        b'~' | b'>' | b'%' | b'|' => {
+            let len = usize::try_from(int(text)?)
+                .map_err(|_| ParseError::Protocol("bad length".into()))?;
+            let count = match kind {
+                b'%' | b'|' => len.saturating_mul(2),
+                _ => len,
+            };
+            let mut items = Vec::with_capacity(count.min((buf.len() - next) / 3 + 1));
+            let mut at = next;
+            for _ in 0..count {
+                match parse_at(buf, at, depth + 1)? {
+                    Some((item, after)) => {
+                        items.push(item);
+                        at = after;
+                    }
+                    None => return Ok(None),
+                }
+            }
+            let pairs = |items: Vec<Value>| {
+                let mut pairs = Vec::with_capacity(items.len() / 2);
+                let mut items = items.into_iter();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                pairs
+            };
+            let value = match kind {
+                b'~' => Value::Set(items),
+                b'%' => Value::Map(pairs(items)),
+                b'>' => {
+                    let kind = match items.first() {
+                        Some(Value::BulkString(b)) if b == b"invalidate" => PushKind::Invalidate,
+                        Some(Value::BulkString(b)) => {
+                            PushKind::Other(String::from_utf8_lossy(b).into_owned())
+                        }
+                        _ => PushKind::Other(String::new()),
+                    };
+                    Value::Push { kind, data: items.into_iter().skip(1).collect() }
+                }
+                _ => {
+                    // An attribute: what it describes is the value after it.
+                    let Some((data, after)) = parse_at(buf, at, depth + 1)? else {
+                        return Ok(None);
+                    };
+                    at = after;
+                    Value::Attribute { data: Box::new(data), attributes: pairs(items) }
+                }
+            };
+            Ok(Some((value, at)))
         }
         other => Err(ParseError::Protocol(format!("unexpected reply type byte {other:#04x}"))),
     }
@@ -219,6 +296,56 @@ mod tests {
         }
         // A big bulk string asks for all of itself at once, not one read at a time.
         assert_eq!(scan(b"$1000\r\nab"), Ok(Scan::NeedAtLeast(1009)));
+    }
+
+    #[test]
+    fn resp3_types_parse_and_scan() {
+        assert_eq!(one(b"_\r\n"), Value::Nil);
+        assert_eq!(one(b"#t\r\n"), Value::Boolean(true));
+        assert_eq!(one(b",1.5\r\n"), Value::Double(1.5));
+        assert_eq!(
+            one(b"(12345678901234567890\r\n"),
+            Value::BigNumber(b"12345678901234567890".to_vec())
+        );
+        assert_eq!(
+            one(b"%2\r\n+a\r\n:1\r\n+b\r\n_\r\n"),
+            Value::Map(vec![
+                (Value::SimpleString("a".into()), Value::Int(1)),
+                (Value::SimpleString("b".into()), Value::Nil)
+            ])
+        );
+        assert_eq!(one(b"~1\r\n:1\r\n"), Value::Set(vec![Value::Int(1)]));
+        assert!(matches!(one(b"!9\r\nERR oops!\r\n"), Value::ServerError(_)));
+        assert!(matches!(one(b"=7\r\ntxt:abc\r\n"), Value::VerbatimString { .. }));
+        assert_eq!(
+            one(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"),
+            Value::Push {
+                kind: PushKind::Invalidate,
+                data: vec![Value::Array(vec![Value::BulkString(b"k".to_vec())])]
+            }
+        );
+        assert_eq!(
+            one(b">2\r\n$10\r\ninvalidate\r\n_\r\n"),
+            Value::Push { kind: PushKind::Invalidate, data: vec![Value::Nil] }
+        );
+        let attr = one(b"|1\r\n+ttl\r\n:3\r\n:7\r\n");
+        assert!(matches!(attr, Value::Attribute { ref data, .. } if **data == Value::Int(7)));
+        let replies: [&[u8]; 4] = [
+            b"%1\r\n$1\r\nk\r\n~2\r\n#f\r\n,-inf\r\n",
+            b">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+            b"|1\r\n+a\r\n+b\r\n$2\r\nxy\r\n",
+            b"!3\r\nERR\r\n",
+        ];
+        for reply in replies {
+            assert_eq!(scan(reply), Ok(Scan::Complete(reply.len())), "{reply:?}");
+            assert_eq!(parse(reply).unwrap().unwrap().1, reply.len(), "{reply:?}");
+            for cut in 0..reply.len() {
+                assert!(matches!(scan(&reply[..cut]), Ok(Scan::NeedAtLeast(_))), "{reply:?} {cut}");
+                assert_eq!(parse(&reply[..cut]), Ok(None), "{reply:?} {cut}");
+            }
+        }
+        assert!(parse(b"#x\r\n").is_err());
+        assert!(parse(b",nope\r\n").is_err());
     }
 
     #[test]
