@@ -31,6 +31,9 @@ const MAX_REFRESH: usize = 1024;
 
 pub use super::store_stats::{Flush, Stats};
 
+mod writes;
+use writes::Writing;
+
 /// Limits from OPTIONS["NEAR_CACHE"].
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -69,10 +72,8 @@ struct Inner {
     /// Callers in `wait_for_fill`: only then is ending a fill signalled.
     waiters: usize,
     /// This process' writes in flight through the tracking connection (which the server
-    /// does not tell us about: NOLOOP): key -> (token, writes, when the first was begun). The token installs the
-    /// written value once the server has answered; it is 0 (installs nothing) once a second
-    /// write of the key, an invalidation or a flush came while one was in flight.
-    writing: HashMap<Box<[u8]>, (u64, u32, u64)>,
+    /// does not tell us about: NOLOOP), by key.
+    writing: HashMap<Box<[u8]>, Writing>,
     /// Kept keys another client's write invalidated while they were being hit: the next fill
     /// this process sends reads them too (`take_refresh`), in the same round trip.
     refresh: HashSet<Box<[u8]>>,
@@ -271,8 +272,9 @@ impl Store {
         let mut inner = self.lock();
         for key in keys {
             self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
+            // (Not a claim of an own write in flight: read in order with its answer, it is
+            // of a write applied before it, or else drops what the answer installed.)
             inner.pending.remove(key);
-            inner.poison_write(key);
             if let Some(&idx) = inner.map.get(key) {
                 if inner.nodes[idx].hit && inner.refresh.len() < MAX_REFRESH {
                     inner.refresh.insert(key.into());
@@ -320,7 +322,7 @@ impl Store {
         inner.pending.clear();
         inner.refresh.clear();
         for write in inner.writing.values_mut() {
-            write.0 = 0;
+            write.token = 0;
         }
         inner.epoch = inner.epoch.wrapping_add(1);
         self.stats.flushes[why.index()].fetch_add(1, Ordering::Relaxed);
@@ -330,72 +332,6 @@ impl Store {
     /// Whether a value of `len` bytes could be kept (MAX_VALUE_BYTES).
     pub fn keeps_size(&self, len: usize) -> bool {
         len <= self.limits.max_value_bytes
-    }
-
-    /// Before this process writes `key` through the tracking connection: kill its fills in
-    /// flight (their replies may come from either side of the write), and claim the install of
-    /// the written value. A kept copy stays served until the write is answered: a read
-    /// meanwhile runs concurrently with a write not yet done, and may return the value from
-    /// before it (an invalidation still drops it, as ever). A second write of the key while
-    /// one is in flight claims nothing and spoils the first's claim: which of the two the
-    /// server applies last is not known here.
-    pub fn begin_write(&self, key: &[u8]) -> Token {
-        let mut inner = self.lock();
-        inner.pending.remove(key);
-        self.wake(&inner);
-        if let Some(write) = inner.writing.get_mut(key) {
-            write.0 = 0;
-            write.1 += 1;
-            return Token(0);
-        }
-        let token = inner.next_token;
-        inner.next_token += 1;
-        inner.writing.insert(key.into(), (token, 1, now_ns()));
-        Token(token)
-    }
-
-    /// The server answered (or failed) a write begun with `begin_write`: install `written`
-    /// (its bytes and its expiry in ms, None for none) if the claim survived, else drop the
-    /// copy from before the write (the write is done, or its fate unknown); whether it was
-    /// installed. Readers waiting for the key look again.
-    pub fn end_write(
-        &self,
-        key: &[u8],
-        token: Token,
-        written: Option<(&[u8], Option<u64>)>,
-    ) -> bool {
-        let mut inner = self.lock();
-        let (claim, begun) = match inner.writing.get_mut(key) {
-            Some(write) => {
-                write.1 -= 1;
-                let claim = (write.0, write.2);
-                if write.1 == 0 {
-                    inner.writing.remove(key);
-                }
-                claim
-            }
-            None => (0, 0),
-        };
-        self.wake(&inner);
-        let Some((value, ttl_ms)) = written else {
-            inner.drop_key(key);
-            return false;
-        };
-        if claim == 0 || claim != token.0 {
-            self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
-            inner.drop_key(key);
-            return false;
-        }
-        let ttl_ns = match ttl_ms {
-            None => self.limits.max_ttl_ns,
-            Some(ms) => self.limits.max_ttl_ns.min(ms.saturating_mul(1_000_000)),
-        };
-        // Counted from before the write was sent: never outlives the server's copy.
-        let kept = self.keep(&mut inner, key, value, begun.saturating_add(ttl_ns));
-        if kept {
-            self.stats.own_writes_kept.fetch_add(1, Ordering::Relaxed);
-        }
-        kept
     }
 
     /// Let callers waiting for a fill look again (they run once the lock is released).
@@ -421,10 +357,6 @@ impl Inner {
     }
 
     /// Spoil the install claim of a write of `key` in flight; whether there was one.
-    fn poison_write(&mut self, key: &[u8]) -> bool {
-        self.writing.get_mut(key).map(|write| write.0 = 0).is_some()
-    }
-
     fn register(&mut self, key: &[u8], now: u64) -> Token {
         if !self.refresh.is_empty() {
             // Filled now: nothing left to refresh.
@@ -599,20 +531,17 @@ mod tests {
     #[test]
     fn a_kept_copy_is_served_during_an_own_write_and_replaced_or_dropped_after() {
         let s = store(10_000);
-        kept(&s, &[b"a", b"b", b"c"], &[]);
-        let (ta, tb, tc) = (s.begin_write(b"a"), s.begin_write(b"b"), s.begin_write(b"c"));
-        for key in [&b"a"[..], b"b", b"c"] {
+        kept(&s, &[b"a", b"b"], &[]);
+        let (ta, _) = (s.begin_write(b"a"), s.begin_write(b"b"));
+        for key in [&b"a"[..], b"b"] {
             assert_eq!(get(&s, key), Ok(b"v".to_vec()), "{key:?} during its write");
         }
-        assert!(s.end_write(b"a", ta, Some((b"new", None))));
+        assert!(s.ack_write(b"a", ta, (b"new", None), now_ns()));
+        s.end_write(b"a", true);
         assert_eq!(get(&s, b"a"), Ok(b"new".to_vec()));
         // A write that did not apply, or failed: what was kept before it may be stale now.
-        assert!(!s.end_write(b"b", tb, None));
+        s.end_write(b"b", false);
         assert!(get(&s, b"b").is_err());
-        // A claim another client's write spoiled: dropped too.
-        s.invalidate_from_server([&b"c"[..]].into_iter());
-        assert!(!s.end_write(b"c", tc, Some((b"new", None))));
-        assert!(get(&s, b"c").is_err());
     }
 
     #[test]
@@ -679,43 +608,67 @@ mod tests {
         assert_eq!(during, Token(0));
         assert_eq!(s.lookup(b"k", true, true, |_| {}), Got::Busy);
         assert!(!s.install(b"k", during, b"old", -1));
-        assert!(s.end_write(b"k", write, Some((b"new", Some(5_000)))));
+        assert!(s.ack_write(b"k", write, (b"new", Some(5_000)), now_ns()));
+        s.end_write(b"k", true);
         assert_eq!(get(&s, b"k"), Ok(b"new".to_vec()));
     }
 
     #[test]
-    fn an_invalidation_or_flush_during_an_own_write_spoils_its_install() {
+    fn invalidations_read_before_the_answer_spare_the_install_and_after_it_drop_it() {
+        // The tracking connection reads both in the server's order: one before the answer
+        // was of a write applied before this one.
         let s = store(10_000);
         let write = s.begin_write(b"k");
         s.invalidate_from_server([&b"k"[..]].into_iter());
-        assert!(!s.end_write(b"k", write, Some((b"new", None))));
-        assert!(get(&s, b"k").is_err());
-        let write = s.begin_write(b"k");
-        s.flush(Flush::Server);
-        assert!(!s.end_write(b"k", write, Some((b"new", None))));
+        assert!(s.ack_write(b"k", write, (b"new", None), now_ns()));
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        s.end_write(b"k", true);
         assert!(get(&s, b"k").is_err());
     }
 
     #[test]
-    fn overlapping_own_writes_install_nothing() {
-        // Which one the server applies last is not known: neither may install.
+    fn a_flush_or_a_write_through_another_connection_spoils_the_writes_in_flight() {
+        let s = store(10_000);
+        let write = s.begin_write(b"k");
+        s.flush(Flush::Server);
+        assert!(!s.ack_write(b"k", write, (b"new", None), now_ns()));
+        s.end_write(b"k", true);
+        assert!(get(&s, b"k").is_err());
+        // A write of the key on a data connection: its order against this one is unknown,
+        // for as long as any own write of the key is in flight.
+        let first = s.begin_write(b"k");
+        s.invalidate(b"k");
+        let second = s.begin_write(b"k");
+        assert!(!s.ack_write(b"k", first, (b"1", None), now_ns()));
+        assert!(!s.ack_write(b"k", second, (b"2", None), now_ns()));
+        s.end_write(b"k", true);
+        s.end_write(b"k", true);
+        assert!(get(&s, b"k").is_err());
+        let third = s.begin_write(b"k");
+        assert!(s.ack_write(b"k", third, (b"3", None), now_ns()));
+        s.end_write(b"k", true);
+        assert_eq!(get(&s, b"k"), Ok(b"3".to_vec()));
+    }
+
+    #[test]
+    fn overlapping_own_writes_install_in_the_order_they_are_answered() {
+        // One connection: the server applied them in the order their answers are read.
         let s = store(10_000);
         let first = s.begin_write(b"k");
         let second = s.begin_write(b"k");
-        assert!(!s.end_write(b"k", second, Some((b"2", None))));
-        assert!(!s.end_write(b"k", first, Some((b"1", None))));
-        assert!(get(&s, b"k").is_err());
-        // Once both are answered the key fills and writes normally again.
-        let third = s.begin_write(b"k");
-        assert!(s.end_write(b"k", third, Some((b"3", None))));
-        assert_eq!(get(&s, b"k"), Ok(b"3".to_vec()));
+        assert!(s.ack_write(b"k", second, (b"2", None), now_ns()));
+        assert_eq!(get(&s, b"k"), Ok(b"2".to_vec()));
+        assert!(s.ack_write(b"k", first, (b"1", None), now_ns()));
+        s.end_write(b"k", true);
+        s.end_write(b"k", true);
+        assert_eq!(get(&s, b"k"), Ok(b"1".to_vec()));
     }
 
     #[test]
     fn a_failed_own_write_leaves_the_key_to_be_read() {
         let s = store(10_000);
-        let write = s.begin_write(b"k");
-        assert!(!s.end_write(b"k", write, None));
+        s.begin_write(b"k");
+        s.end_write(b"k", false);
         let Err(token) = get(&s, b"k") else { panic!() };
         assert!(s.install(b"k", token, b"v", -1));
     }

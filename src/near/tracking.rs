@@ -1,9 +1,9 @@
 //! The tracking connections that keep the near cache coherent, and the liveness gate.
 //!
-//! One RESP3 connection per tracked server (`HELLO 3`, then `CLIENT TRACKING ON BCAST PREFIX
-//! ...`), on the I/O runtime. redis-rs hands each push frame to our sender from its reader, in
-//! the order the frames arrived and before any later reply is delivered, so invalidations are
-//! applied to the store without the GIL and without a queue.
+//! One RESP3 connection per tracked server, made from the server's `Endpoint` like its data
+//! connections (`HELLO 3` in its handshake), then `CLIENT TRACKING ON BCAST PREFIX ...`, on
+//! the I/O runtime. Its reader applies each pushed invalidation to the store as it reads it,
+//! in order with the replies (`transport::Pushed`), without the GIL and without a queue.
 //!
 //! The gate: the task pings every MAX_STALE_MS / 4. The connection is ordered, so when the
 //! reply to a PING sent at time t arrives, every invalidation the server generated before t
@@ -12,79 +12,29 @@
 //! only then opens the gate; a lost connection shuts it and flushes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use redis::{ConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{PushKind, Value};
 use tokio::task::JoinHandle;
 
-use crate::errors::{Error, Result};
+use crate::errors::Result;
 use crate::near::store::{now_ns, Flush, Store};
 use crate::runtime;
-use crate::transport::{tls_client, TlsOptions};
+use crate::transport::{Endpoint, PushSink, Pushed};
 
 mod session;
 use session::{marker_key, run};
 
-/// How a tracking connection reaches its server: what the data connections use.
+/// A server a near cache tracks: the recipe of its connections, of which the tracking
+/// connection is one (its handshake speaking RESP3).
 #[derive(Clone)]
 pub struct Source {
-    pub info: ConnectionInfo,
-    pub tls: TlsOptions,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
+    pub endpoint: Arc<Endpoint>,
     pub addr: Arc<str>,
     /// Watch for SWAPDB with a marker key (not on a cluster: no SWAPDB, and the key could
     /// belong to another node's slots).
     pub check_db: bool,
-    /// Credentials that change (`CREDENTIAL_PROVIDER`), as the data connections have them.
-    pub creds: Option<Arc<crate::credentials::Cell>>,
-}
-
-impl Source {
-    /// A redis-rs client for it that speaks RESP3, and the generation of the credentials it
-    /// authenticates with (0: fixed ones).
-    fn client(&self) -> Result<(redis::Client, u64)> {
-        let mut settings = self.info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let mut generation = 0;
-        if let Some(creds) = &self.creds {
-            let (current, secret) = creds.current()?;
-            generation = current;
-            if let Some(user) = &secret.username {
-                settings = settings.set_username(user);
-            }
-            settings = settings.set_password(&secret.password);
-        }
-        let client = self.build(settings)?;
-        Ok((client, generation))
-    }
-
-    fn build(&self, settings: redis::RedisConnectionInfo) -> Result<redis::Client> {
-        let info = self.info.clone().set_redis_settings(settings);
-        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return tls_client(info, self.tls.clone(), &self.addr);
-        }
-        redis::Client::open(info).map_err(|e| {
-            Error::Config(format!("invalid LOCATION for {}: {}", self.addr, e.category()))
-        })
-    }
-
-    /// AUTH with the current credentials if they changed since generation `seen` (which
-    /// moves on).
-    fn reauth(&self, seen: &mut u64) -> Option<redis::Cmd> {
-        let creds = self.creds.as_ref()?;
-        if creds.generation() == *seen {
-            return None;
-        }
-        let (generation, secret) = creds.current().ok()?;
-        *seen = generation;
-        let mut auth = redis::cmd("AUTH");
-        if let Some(user) = &secret.username {
-            auth.arg(user);
-        }
-        auth.arg(&secret.password);
-        Some(auth)
-    }
 }
 
 /// Whether tracking works.
@@ -102,9 +52,16 @@ struct Trackers {
     sources: Vec<Arc<Source>>,
     /// Bumped when the set changes: an older task's answers no longer move the gate.
     set_id: u64,
-    /// Per server, the send time of its last answered PING (0: none since it connected).
-    answered: Arc<Vec<AtomicU64>>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// What the gate is moved by: the current set's answered probes. Apart from `Trackers`, so
+/// that a tracking connection closed while those are locked (its last holder dropped in
+/// `reset`) shuts the gate without waiting for them.
+struct Answers {
+    set_id: u64,
+    /// Per server, the send time of its last answered PING (0: none since it connected).
+    sent: Vec<u64>,
 }
 
 /// A near cache: its store, its tracking connections and its gate.
@@ -133,6 +90,7 @@ pub struct Near {
     unmarked_told: AtomicBool,
     started: AtomicBool,
     trackers: Mutex<Trackers>,
+    answers: Mutex<Answers>,
     /// On one server: its live tracking connection, which this process' writes of tracked
     /// keys go through (tracking with NOLOOP, the server tells us nothing of them: the
     /// written value is installed here instead), with the set it belongs to.
@@ -146,8 +104,29 @@ pub struct Near {
 #[derive(Clone)]
 pub struct Writer {
     set_id: u64,
-    pub conn: redis::aio::MultiplexedConnection,
-    pub source: Arc<Source>,
+    pub conn: Arc<Pushed>,
+}
+
+/// Where one tracking connection's pushes go: its near cache, for the set and place it was
+/// opened for.
+struct Sink {
+    near: Weak<Near>,
+    set_id: u64,
+    idx: usize,
+}
+
+impl PushSink for Sink {
+    fn push(&self, kind: PushKind, data: Vec<Value>) {
+        if let Some(near) = self.near.upgrade() {
+            near.push(kind, data);
+        }
+    }
+
+    fn lost(&self) {
+        if let Some(near) = self.near.upgrade() {
+            near.answered(self.set_id, self.idx, 0);
+        }
+    }
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -177,12 +156,8 @@ impl Near {
             unmarked: AtomicBool::new(false),
             unmarked_told: AtomicBool::new(false),
             started: AtomicBool::new(false),
-            trackers: Mutex::new(Trackers {
-                sources: Vec::new(),
-                set_id: 0,
-                answered: Arc::new(Vec::new()),
-                tasks: Vec::new(),
-            }),
+            trackers: Mutex::new(Trackers { sources: Vec::new(), set_id: 0, tasks: Vec::new() }),
+            answers: Mutex::new(Answers { set_id: 0, sent: Vec::new() }),
             writer: Mutex::new(None),
             one_primary: AtomicBool::new(false),
         }
@@ -359,7 +334,8 @@ impl Near {
         *locked(&self.writer) = None;
         trackers.sources = sources;
         trackers.set_id += 1;
-        trackers.answered = Arc::new(trackers.sources.iter().map(|_| AtomicU64::new(0)).collect());
+        *locked(&self.answers) =
+            Answers { set_id: trackers.set_id, sent: vec![0; trackers.sources.len()] };
         self.gate_until.store(0, Ordering::Release);
         self.store.flush(Flush::Topology);
         if self.started.load(Ordering::Acquire) {
@@ -383,14 +359,14 @@ impl Near {
     /// Record that server `idx` of set `set_id` answered a PING sent at `sent` (0: it is
     /// not connected), and move the gate to what every server's answers allow.
     fn answered(&self, set_id: u64, idx: usize, sent: u64) {
-        let trackers = locked(&self.trackers);
-        if trackers.set_id != set_id {
+        let mut answers = locked(&self.answers);
+        if answers.set_id != set_id {
             return;
         }
-        if let Some(slot) = trackers.answered.get(idx) {
-            slot.store(sent, Ordering::Release);
+        if let Some(slot) = answers.sent.get_mut(idx) {
+            *slot = sent;
         }
-        let oldest = trackers.answered.iter().map(|a| a.load(Ordering::Acquire)).min();
+        let oldest = answers.sent.iter().copied().min();
         let until = match oldest {
             Some(t) if t > 0 => t.saturating_add(self.max_stale_ns),
             _ => 0,
@@ -401,22 +377,27 @@ impl Near {
         }
     }
 
-    /// Apply one push frame from a tracking connection.
-    fn push(&self, set_id: u64, idx: usize, info: PushInfo) {
-        match info.kind {
-            PushKind::Invalidate => match info.data.first() {
-                Some(Value::Array(keys)) => {
-                    let keys = keys.iter().filter_map(|k| match k {
-                        Value::BulkString(b) => Some(b.as_slice()),
-                        _ => None,
-                    });
-                    self.store.invalidate_from_server(keys);
-                }
-                // A null invalidation: FLUSHDB, FLUSHALL, SWAPDB, a replica's full resync.
-                _ => self.store.flush(Flush::Server),
-            },
-            PushKind::Disconnection => self.answered(set_id, idx, 0),
-            _ => {}
+    /// Open a tracking connection to `source` for server `idx` of set `set_id`.
+    fn open(self: &Arc<Self>, source: &Source, set_id: u64, idx: usize) -> Result<Pushed> {
+        let sink = Arc::new(Sink { near: Arc::downgrade(self), set_id, idx });
+        Pushed::open(Arc::clone(&source.endpoint), sink)
+    }
+
+    /// Apply one push frame from a tracking connection (other kinds are not asked for).
+    fn push(&self, kind: PushKind, data: Vec<Value>) {
+        if kind != PushKind::Invalidate {
+            return;
+        }
+        match data.first() {
+            Some(Value::Array(keys)) => {
+                let keys = keys.iter().filter_map(|k| match k {
+                    Value::BulkString(b) => Some(b.as_slice()),
+                    _ => None,
+                });
+                self.store.invalidate_from_server(keys);
+            }
+            // A null invalidation: FLUSHDB, FLUSHALL, SWAPDB, a replica's full resync.
+            _ => self.store.flush(Flush::Server),
         }
     }
 

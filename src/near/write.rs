@@ -2,12 +2,12 @@
 //!
 //! That connection tracks with NOLOOP, so the server sends it no invalidation for them: the
 //! writing process does not drop (and then read back) what it has just written. Instead the
-//! written values are installed here when the server's answer arrives, on the I/O runtime,
-//! under the store's write claims (`Store::begin_write`): an invalidation or a flush
-//! meanwhile, or a second own write of the key in flight, spoils a claim (and drops the copy
-//! from before the write); a read of the key while the write is in flight is served the copy
-//! from before it, or reads the server and installs nothing. Other processes see the write
-//! as before, through their own tracking connections.
+//! written value of each key is installed as the server's answer for it is read, on the
+//! connection's reader, in order with the invalidations the server pushed before and after
+//! it (`Store::ack_write`: see store/writes.rs for what spoils a claim). A read of the key
+//! while the write is in flight is served the copy from before it, or reads the server and
+//! installs nothing. Other processes see the write as before, through their own tracking
+//! connections.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +17,13 @@ use redis::{Pipeline, Value};
 
 use crate::bridge::{Bridge, Pending, Slot};
 use crate::errors::{Error, Result};
-use crate::near::store::Token;
+use crate::near::store::{now_ns, Token};
 use crate::near::tracking::{Near, Writer};
 use crate::proto::command::set_cmd;
 use crate::proto::Request;
 use crate::py::client::Client;
-use crate::runtime;
 use crate::stats::{Meter, Stats};
+use crate::transport::{Done, Ordered, Seen};
 
 /// Past the response timeout, how long a sync caller waits for the task that enforces it.
 const GRACE: Duration = Duration::from_millis(250);
@@ -121,68 +121,72 @@ impl Write {
         })
     }
 
-    /// Claim the kept keys and send the write on the runtime; `done` gets the outcome once
-    /// the values are installed (or not).
+    /// Claim the kept keys and send the write; `done` gets the outcome once the values are
+    /// installed (or not), on the tracking connection's reader. Each key's claim is settled
+    /// as its own reply is read (`Store::ack_write`), in order with the invalidations the
+    /// server pushed before and after it.
     fn send(
         self,
         near: &Arc<Near>,
         done: impl FnOnce(Result<Value>) + Send + 'static,
     ) -> Result<()> {
-        let rt = runtime::get()?;
         let Write { sent, kept, ttl_ms, writer, stats, .. } = self;
-        let Writer { mut conn, source, .. } = writer;
+        let conn = writer.conn;
         let meter = Meter::start(&sent);
-        let claims: Vec<Token> =
-            kept.iter().map(|(_, key, _)| near.store.begin_write(key)).collect();
+        let begun = now_ns();
+        let claimed: Arc<Vec<(Kept, Token)>> = Arc::new(
+            kept.into_iter()
+                .map(|k| {
+                    let token = near.store.begin_write(&k.1);
+                    (k, token)
+                })
+                .collect(),
+        );
+        let (acks, ack_near) = (Arc::clone(&claimed), Arc::clone(near));
+        let seen = move |at: usize, reply: &Value| {
+            if !applied(reply, 0) {
+                return;
+            }
+            for ((of, key, value), token) in acks.iter() {
+                if *of == at {
+                    ack_near.store.ack_write(key, *token, (value, ttl_ms), begun);
+                }
+            }
+        };
         let near = Arc::clone(near);
-        rt.spawn(async move {
-            let timeout = source.response_timeout;
-            let reply = match &sent {
-                Request::Cmd(cmd) => {
-                    tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await
-                }
-                Request::Pipe(pipe) => {
-                    tokio::time::timeout(timeout, pipe.query_async::<Value>(&mut conn)).await
-                }
-            };
-            let outcome = match reply {
-                Ok(Ok(value)) => Ok(value),
+        let addr = Arc::clone(conn.addr());
+        let then = move |outcome: Result<Value>| {
+            let outcome = match outcome {
                 // An error reply comes in order: the write was not applied.
-                Ok(Err(err))
-                    if matches!(
-                        err.kind(),
-                        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
-                    ) =>
-                {
-                    Err(Error::from_redis(&err, &source.addr))
+                Ok(Value::ServerError(err)) => {
+                    Err(Error::from_reply(&err, &format!("Redis at {addr} refused the write")))
                 }
-                Ok(Err(err)) => {
+                Ok(value) => Ok(value),
+                // Where a write that went unanswered lands among later ones is unknown: the
+                // tracking connections start afresh (one still in it that lands later reaches
+                // the new connection as an invalidation).
+                Err(err) => {
                     near.restart();
-                    Err(Error::from_redis(&err, &source.addr))
-                }
-                Err(_) => {
-                    near.restart();
-                    Err(Error::Timeout(format!(
-                        "Redis at {} did not answer within {timeout:?}",
-                        source.addr
-                    )))
+                    Err(err)
                 }
             };
             if let Some(meter) = meter {
                 meter.record(&stats, &outcome);
             }
-            for ((at, key, value), token) in kept.iter().zip(claims) {
+            for ((at, key, _), _) in claimed.iter() {
                 let applied = outcome.as_ref().is_ok_and(|reply| applied(reply, *at));
-                near.store.end_write(key, token, applied.then_some((&value[..], ttl_ms)));
+                near.store.end_write(key, applied);
             }
             done(outcome);
-        });
+        };
+        let seen: Seen = Box::new(seen);
+        conn.send(&sent, Done::Ordered(Box::new(Ordered { seen, then: Box::new(then) })), None);
         Ok(())
     }
 
     /// Send it and wait (the GIL released by the caller).
     pub fn call(self, near: &Arc<Near>) -> Result<Value> {
-        let timeout = self.writer.source.response_timeout;
+        let timeout = self.writer.conn.response_timeout();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.send(near, move |outcome| drop(tx.send(outcome)))?;
         rx.recv_timeout(timeout + GRACE).unwrap_or_else(|_| {

@@ -11,7 +11,6 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
-use redis::io::tcp::TcpSettings;
 use redis::{IntoConnectionInfo, Pipeline, Value};
 
 use crate::bridge::{Bridge, Pending, Slot};
@@ -230,12 +229,8 @@ impl Client {
             if let Some(db) = db {
                 redis_settings = redis_settings.set_db(db);
             }
-            // TLS connections are redis-rs': it sends CLIENT SETINFO (and ignores a refusal).
-            redis_settings = redis_settings.set_lib_name("redoxide", env!("CARGO_PKG_VERSION"));
             let addr: Arc<str> = info.addr().to_string().into();
-            let info = info
-                .set_redis_settings(redis_settings)
-                .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+            let info = info.set_redis_settings(redis_settings);
             let tls = TlsOptions {
                 ca_certs: tls_ca_certs,
                 certfile: tls_certfile,
@@ -247,17 +242,13 @@ impl Client {
                 connect: secs("SOCKET_CONNECT_TIMEOUT", connect_timeout)?,
                 response: secs("SOCKET_TIMEOUT", response_timeout)?,
             };
-            let tracking = crate::near::Source {
-                info: info.clone(),
-                tls: tls.clone(),
-                connect_timeout: timeouts.connect,
-                response_timeout: timeouts.response,
-                addr: Arc::clone(&addr),
-                check_db: true,
-                creds: creds.clone(),
-            };
             let stats = Arc::new(Stats::default());
             let transport = Transport::open(info, tls, readonly, timeouts, &addr, &stats, creds)?;
+            let tracking = crate::near::Source {
+                endpoint: Arc::clone(transport.endpoint()),
+                addr: Arc::clone(&addr),
+                check_db: true,
+            };
             Ok(Client {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 addr,

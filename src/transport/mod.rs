@@ -24,9 +24,9 @@ use crate::proto::{Reply, Request};
 use crate::stats::Stats;
 
 pub use fanout::{fanout_sync, Call};
-pub use mux::flush_deferred;
+pub use mux::{flush_deferred, Done, Ordered, PushSink, Pushed, Seen};
 pub use thread_conns::exec_sync;
-pub use tls::{tls_client, TlsOptions};
+pub use tls::TlsOptions;
 
 /// Where a server is.
 pub enum Target {
@@ -45,6 +45,8 @@ pub struct Endpoint {
     pub target: Target,
     /// Sent first on every connection.
     pub handshake: Handshake,
+    /// The same, speaking RESP3: for the near cache's tracking connection.
+    pub resp3: Handshake,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     /// host:port or path, for messages: never credentials.
@@ -108,13 +110,15 @@ impl Transport {
         let library = Some(("redoxide", env!("CARGO_PKG_VERSION")));
         let password = if creds.is_some() { None } else { settings.password() };
         let offers = Arc::<crate::offers::Offers>::default();
-        let handshake =
-            Handshake::identified(settings.username(), password, settings.db(), readonly, library)
-                .with_credentials(creds)
-                .learning(Arc::clone(&offers));
+        let (user, db) = (settings.username(), settings.db());
+        let handshake = Handshake::identified(user, password, db, readonly, library)
+            .with_credentials(creds.clone())
+            .learning(Arc::clone(&offers));
+        let resp3 = Handshake::resp3(user, password, db, readonly, library).with_credentials(creds);
         let config = Arc::new(Endpoint {
             target,
             handshake,
+            resp3,
             connect_timeout: timeouts.connect,
             response_timeout: timeouts.response,
             addr: Arc::clone(addr),
@@ -126,6 +130,11 @@ impl Transport {
             shared: blocking::shared::Shared::new(Arc::clone(&config)),
             config,
         })
+    }
+
+    /// The recipe of its connections (the near cache's tracking connection is made from it).
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.config
     }
 
     /// The client's counters.

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use redis::{ConnectionAddr, ConnectionInfo, RedisError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -230,44 +229,4 @@ impl ServerCertVerifier for AnyName {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_verify_schemes()
     }
-}
-
-/// The redis-rs client for a `rediss://` address with the TLS settings applied: the near
-/// cache's tracking connection, which speaks RESP3 through redis-rs.
-pub fn tls_client(info: ConnectionInfo, tls: TlsOptions, addr: &Arc<str>) -> Result<redis::Client> {
-    let invalid =
-        |e: RedisError| Error::Config(format!("invalid LOCATION for {addr}: {}", e.category()));
-    let ConnectionAddr::TcpTls { host, port, insecure, tls_params } = info.addr().clone() else {
-        return Err(Error::Internal(format!("{addr} is not a TLS address")));
-    };
-    // Verification off (SSL_CERT_REQS none) is redis-rs' "insecure" address, as `#insecure`.
-    let insecure = insecure || !tls.verify;
-    let info = info.set_addr(ConnectionAddr::TcpTls { host, port, insecure, tls_params });
-    let client_tls = match (tls.certfile, tls.keyfile) {
-        (Some(client_cert), Some(client_key)) => {
-            Some(redis::ClientTlsConfig { client_cert, client_key })
-        }
-        (None, None) => None,
-        _ => {
-            return Err(Error::Config(
-                "SSL_CERTFILE and SSL_KEYFILE must be given together".to_owned(),
-            ))
-        }
-    };
-    let mut client = if client_tls.is_some() || tls.ca_certs.is_some() {
-        let certs = redis::TlsCertificates { client_tls, root_cert: tls.ca_certs };
-        // Certificate errors name the file's role, never its contents.
-        redis::Client::build_with_tls(info, certs)
-            .map_err(|e| Error::Config(format!("invalid TLS certificate or key: {e}")))?
-    } else {
-        redis::Client::open(info).map_err(invalid)?
-    };
-    if !tls.check_hostname && !insecure {
-        // SSL_CHECK_HOSTNAME False: the certificate must still chain to a trusted CA.
-        let mut addr = client.get_connection_info().addr().clone();
-        addr.set_danger_accept_invalid_hostnames(true);
-        client = redis::Client::open(client.get_connection_info().clone().set_addr(addr))
-            .map_err(invalid)?;
-    }
-    Ok(client)
 }

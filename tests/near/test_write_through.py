@@ -79,13 +79,48 @@ def test_a_value_too_large_to_keep_is_written_the_usual_way(
     assert cache.near_cache_stats()["own_writes_kept"] == 0
 
 
+def test_an_own_write_applied_after_another_clients_is_kept_though_that_ones_news_came_first(
+    near_proxy: CountingProxy, make_near: Callable[..., Any], writer: Any, mode: str
+) -> None:
+    # Another client writes a kept key, then this process writes it: the server tells the
+    # tracking connection of the other write before it answers ours, and the connection reads
+    # both in that order, so what this process wrote is kept (it is the server's value). The
+    # proxy holds everything the server sends the tracking connection from its next probe on
+    # (the probe reads the database marker, which nothing else sends), so both wait there in
+    # the server's order however fast the host is.
+    cache = make_near(near_proxy.url, near=STEADY)
+    ops = Ops(cache, mode)
+    made = cache.make_and_validate_key("cfg:a")
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    near_proxy.hold(cache._client._store.marker().encode())
+    assert near_proxy.holding.wait(10), "the tracking connection sent no probe"
+    before = cache.near_cache_stats()
+    writer.set(made, b"2")  # applied first; its invalidation waits in the proxy
+    ours = threading.Thread(target=ops.set, args=("cfg:a", 3))
+    ours.start()
+    wait_for("this process' write to be applied", lambda: writer.get(made) == b"3")
+    near_proxy.release()
+    ours.join(10)
+    assert not ours.is_alive()
+    after = cache.near_cache_stats()
+    assert after["invalidations"] >= before["invalidations"] + 1
+    assert after["own_writes_kept"] == before["own_writes_kept"] + 1
+    assert ops.get("cfg:a") == 3
+    assert cache.near_cache_stats()["hits"] > after["hits"], "the own write was not kept"
+
+
 def test_threads_writing_one_key_leave_the_kept_value_equal_to_the_servers(
     make_near: Callable[..., Any], writer: Any
 ) -> None:
+    # Eight threads write and read one kept key while another client writes it too: own writes
+    # overlap, and other writes land before, between and after them.
     cache = make_near(near=STEADY)
+    made = cache.make_and_validate_key("cfg:hot")
     cache.set("cfg:hot", -1)
     assert warm(cache, "cfg:hot") == -1
-    start = threading.Barrier(8)
+    start = threading.Barrier(9)
+    done = threading.Event()
     errors: list[BaseException] = []
 
     def work(t: int) -> None:
@@ -97,17 +132,28 @@ def test_threads_writing_one_key_leave_the_kept_value_equal_to_the_servers(
         except BaseException as exc:
             errors.append(exc)
 
+    def other() -> None:
+        start.wait()
+        i = 0
+        while not done.is_set():
+            writer.set(made, str(-1000 - i).encode())  # an int, as the cache stores it
+            i += 1
+
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for t in threads:
+    outside = threading.Thread(target=other)
+    for t in [*threads, outside]:
         t.start()
     for t in threads:
         t.join()
+    done.set()
+    outside.join()
     assert not errors
-    on_server = int(writer.get(cache.make_and_validate_key("cfg:hot")))
-    # Overlapping own writes keep nothing (which the server applied last is unknown here),
-    # so what this process serves now is the server's value, whichever thread wrote last.
-    assert cache.get("cfg:hot") == on_server
-    assert cache.get("cfg:hot") == on_server
+    on_server = int(writer.get(made))
+    # Own writes are installed in the order the server answered them, and every other
+    # write's invalidation is read in its place among those answers: once the last one has
+    # crossed, what this process serves is the server's value (a wrong install would stay).
+    wait_for("the kept value to be the server's", lambda: cache.get("cfg:hot") == on_server)
+    assert cache.near_cache_stats()["own_writes_kept"] > 0
 
 
 def test_another_process_sees_an_own_write_within_the_bound(

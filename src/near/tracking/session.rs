@@ -5,11 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{AsyncConnectionConfig, PushInfo, Value};
+use redis::{ServerError, Value};
 
 use super::{Near, Source, Writer};
 use crate::errors::Error;
 use crate::near::store::{now_ns, Flush};
+use crate::proto::Request;
+use crate::transport::Pushed;
 
 /// How a session ended.
 enum End {
@@ -19,30 +21,31 @@ enum End {
     Refused(String),
 }
 
-/// Whether a failed setup means the server cannot track (as opposed to being away).
-fn refusal(err: &redis::RedisError) -> bool {
-    let away = err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal();
-    // Loading, busy, full, demoted or authentication trouble stops the data connections too:
-    // retry.
-    let transient = matches!(
-        err.code(),
-        Some(
-            "LOADING"
-                | "BUSY"
-                | "MASTERDOWN"
-                | "NOAUTH"
-                | "WRONGPASS"
-                | "TRYAGAIN"
-                | "OOM"
-                | "READONLY"
-        )
-    );
-    // Anything else (an error reply, or redis-rs finding RESP3 unsupported) is the server
-    // saying no.
-    !away && !transient
+/// Whether a failed setup means the server cannot track (as opposed to being away): an
+/// error reply (to `HELLO 3` in the handshake, or to a command), but not one that stops the
+/// data connections too (loading, busy, full, demoted or authentication trouble): retried.
+fn refusal(err: &Error) -> bool {
+    let Error::Response { code, .. } = err else { return false };
+    !matches!(
+        code.as_str(),
+        "LOADING"
+            | "BUSY"
+            | "MASTERDOWN"
+            | "NOAUTH"
+            | "WRONGPASS"
+            | "TRYAGAIN"
+            | "OOM"
+            | "READONLY"
+    )
+}
+
+/// An error's code, for messages ("ERR", "NOPERM", ...), or its kind.
+fn code(err: &Error) -> &str {
+    match err {
+        Error::Response { code, .. } => code,
+        Error::Timeout(_) => "timeout",
+        _ => "connection",
+    }
 }
 
 /// How many refused setups in a row turn the near cache off.
@@ -53,23 +56,14 @@ pub(super) async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id
     let mut backoff = Duration::from_millis(50);
     let mut refusals = 0;
     loop {
-        // Made for each session: credentials that change are the current ones.
-        if let Some(creds) = &source.creds {
-            // None yet: `client` below says so, and the loop tries again later.
-            let _ = creds.first_async(source.connect_timeout).await;
-        }
-        let (client, auth_gen) = match source.client() {
-            Ok(made) => made,
-            // No credentials yet: the data connections fail the same way; try again later.
-            Err(Error::Credentials(_)) => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                continue;
-            }
+        let conn = match near.open(&source, set_id, idx) {
+            Ok(conn) => Arc::new(conn),
             Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
         };
-        let outcome = session(&near, &client, auth_gen, &source, idx, set_id).await;
+        let outcome = session(&near, &conn, &source, idx, set_id).await;
         near.set_writer(set_id, None);
+        conn.close();
+        drop(conn);
         let connected = match outcome {
             Ok(()) => true,
             // A refusal may be passing (a full server answers ERR too): believe it when the
@@ -94,28 +88,22 @@ pub(super) async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id
     }
 }
 
-/// Connect and track until the connection is lost; Ok(()) if it had been tracking.
+/// Track on `conn` until it is lost; Ok(()) if it had been tracking. (Its handshake, made
+/// with the data connections' recipe, authenticates with the current credentials, tries
+/// fresh ones once if they are refused, and, on a live connection, sends AUTH in front of
+/// the next command whenever they change.)
 async fn session(
     near: &Arc<Near>,
-    client: &redis::Client,
-    mut auth_gen: u64,
+    conn: &Arc<Pushed>,
     source: &Source,
     idx: usize,
     set_id: u64,
 ) -> std::result::Result<(), End> {
-    let pusher = Arc::clone(near);
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(source.connect_timeout))
-        .set_response_timeout(None)
-        .set_push_sender(move |info: PushInfo| {
-            pusher.push(set_id, idx, info);
-            Ok::<(), redis::aio::SendError>(())
-        });
-    let deadline = source.connect_timeout + source.response_timeout;
+    let endpoint = &source.endpoint;
+    let deadline = endpoint.connect_timeout + endpoint.response_timeout;
     let marker = near.marker();
     let mut stamp = near.stamp();
     let setup = async {
-        let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
         let mut cmd = redis::cmd("CLIENT");
         cmd.arg("TRACKING").arg("ON").arg("BCAST");
         for prefix in &near.prefixes {
@@ -123,31 +111,20 @@ async fn session(
         }
         // Writes sent on this connection (see `Near::writer`) are not echoed back to it.
         cmd.arg("NOLOOP");
-        cmd.query_async::<Value>(&mut conn).await?;
-        let marking = if source.check_db {
-            first_mark(&mut conn, marker, &stamp).await?
+        conn.call(&Request::Cmd(cmd), None).await?;
+        if source.check_db {
+            first_mark(conn, marker, &stamp).await
         } else {
-            Marking::Kept
-        };
-        Ok::<_, redis::RedisError>((conn, marking))
-    };
-    let (mut conn, marking) = match tokio::time::timeout(deadline, setup).await {
-        Ok(Ok(made)) => made,
-        Ok(Err(err))
-            if err.kind() == redis::ErrorKind::AuthenticationFailed && source.creds.is_some() =>
-        {
-            // Rotated credentials the server already wants: ask for them (the next session
-            // uses them); not a refusal of tracking.
-            if let Some(creds) = &source.creds {
-                creds.refresh_async(auth_gen, source.connect_timeout).await;
-            }
-            return Err(End::Lost);
+            Ok(Marking::Kept)
         }
+    };
+    let marking = match tokio::time::timeout(deadline, setup).await {
+        Ok(Ok(marking)) => marking,
         Ok(Err(err)) if refusal(&err) => {
             return Err(End::Refused(format!(
                 "{} refused client tracking ({})",
                 source.addr,
-                err.code().unwrap_or(err.category())
+                code(&err)
             )))
         }
         _ => return Err(End::Lost),
@@ -168,28 +145,14 @@ async fn session(
     // Tracking is on: whatever was kept (or is being filled) from before may have missed an
     // invalidation.
     near.store.flush(Flush::Connect);
-    let source = Arc::new(source.clone());
-    near.set_writer(
-        set_id,
-        Some(Writer { set_id, conn: conn.clone(), source: Arc::clone(&source) }),
-    );
+    near.set_writer(set_id, Some(Writer { set_id, conn: Arc::clone(conn) }));
     let every = Duration::from_nanos((near.max_stale_ns / 4).max(1_000_000));
     // A PING not answered within the response timeout (or the gate's own bound, if longer)
-    // means the connection is stuck: drop it, as the gate already has.
-    let patience = source.response_timeout.max(Duration::from_nanos(near.max_stale_ns));
+    // means the connection is stuck: it is dropped, as the gate already is.
+    let patience = endpoint.response_timeout.max(Duration::from_nanos(near.max_stale_ns));
     let mut marked_at = now_ns();
     loop {
         let sent = now_ns();
-        if let Some(auth) = source.reauth(&mut auth_gen) {
-            // New credentials: this long-lived connection authenticates with them. A refusal
-            // leaves it as it was (and is no reason to drop it); a connection that does not
-            // answer is dropped, as a probe's would be.
-            match tokio::time::timeout(patience, auth.query_async::<Value>(&mut conn)).await {
-                Err(_) => return Ok(()),
-                Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => return Ok(()),
-                Ok(_) => {}
-            }
-        }
         // The probe: its answer proves every earlier invalidation arrived. GET of the marker
         // when it is kept (and SWAPDB watched for), else PING with the marker's value as
         // argument, which answers it.
@@ -200,20 +163,19 @@ async fn session(
             probe = redis::cmd("PING");
             probe.arg(&stamp);
         }
-        let reply = tokio::time::timeout(patience, probe.query_async::<Value>(&mut conn));
-        let seen = match reply.await {
-            Ok(Ok(seen)) => seen,
+        let seen = match conn.call(&Request::Cmd(probe), Some(patience)).await {
+            Ok(seen) => seen,
             // An ACL that refuses the probe (NOPERM): no liveness, no hits; believed as a
             // refusal of tracking is.
-            Ok(Err(err)) if refusal(&err) => {
+            Err(err) if refusal(&err) => {
                 return Err(End::Refused(format!(
                     "{} refused the near cache's {} ({})",
                     source.addr,
                     if check_db { "GET of its database marker" } else { "PING" },
-                    err.code().unwrap_or(err.category())
+                    code(&err)
                 )))
             }
-            _ => return Ok(()),
+            Err(_) => return Ok(()),
         };
         if matches!(&seen, Value::BulkString(b) if b.as_slice() == stamp.as_bytes()) {
             near.answered(set_id, idx, sent);
@@ -221,7 +183,7 @@ async fn session(
             // belong to another node's slots.)
             if (check_db || retry_mark) && sent.saturating_sub(marked_at) > MARK_REFRESH_NS {
                 marked_at = sent;
-                match mark(&mut conn, marker, &stamp).await {
+                match mark(conn, marker, &stamp).await {
                     Ok(()) => {
                         if retry_mark {
                             // Room again: from the next probe on, SWAPDB is watched for.
@@ -241,7 +203,7 @@ async fn session(
             near.store.flush(Flush::Swapped);
             marked_at = now_ns();
             stamp = near.stamp();
-            if mark(&mut conn, marker, &stamp).await.is_err() {
+            if mark(conn, marker, &stamp).await.is_err() {
                 return Ok(());
             }
         }
@@ -274,41 +236,38 @@ enum Marking {
 }
 
 /// Whether a write failed because the server is full (OOM): reads still work.
-fn full(err: &redis::RedisError) -> bool {
-    err.code() == Some("OOM")
+fn full(err: &Error) -> bool {
+    code(err) == "OOM"
 }
 
 /// A new session's first marking: write the marker and read it back (what the probes do) in
 /// one round trip.
-async fn first_mark(
-    conn: &mut redis::aio::MultiplexedConnection,
-    marker: &str,
-    stamp: &str,
-) -> redis::RedisResult<Marking> {
+async fn first_mark(conn: &Pushed, marker: &str, stamp: &str) -> Result<Marking, Error> {
     let mut pipe = redis::pipe();
     pipe.cmd("SET").arg(marker).arg(stamp).arg("PX").arg(MARK_TTL_MS);
     pipe.cmd("GET").arg(marker);
-    let replies: Vec<redis::RedisResult<Value>> = pipe.ignore_errors().query_async(conn).await?;
+    let replies = match conn.call(&Request::Pipe(pipe), None).await? {
+        Value::Array(replies) => replies,
+        other => vec![other],
+    };
+    let refused = |e: &ServerError| Error::from_reply(e, &format!("Redis at {}", conn.addr()));
     for reply in replies {
-        match reply {
-            Ok(_) => {}
-            Err(err) if full(&err) => return Ok(Marking::Full),
-            Err(err) if refusal(&err) => {
-                return Ok(Marking::Refused(err.code().unwrap_or(err.category()).to_owned()))
-            }
-            Err(err) => return Err(err),
+        let Value::ServerError(err) = reply else { continue };
+        let err = refused(&err);
+        if full(&err) {
+            return Ok(Marking::Full);
         }
+        if refusal(&err) {
+            return Ok(Marking::Refused(code(&err).to_owned()));
+        }
+        return Err(err);
     }
     Ok(Marking::Kept)
 }
 
 /// (Re)write the marker, whose disappearance reveals a SWAPDB.
-async fn mark(
-    conn: &mut redis::aio::MultiplexedConnection,
-    marker: &str,
-    stamp: &str,
-) -> redis::RedisResult<()> {
+async fn mark(conn: &Pushed, marker: &str, stamp: &str) -> Result<(), Error> {
     let mut cmd = redis::cmd("SET");
     cmd.arg(marker).arg(stamp).arg("PX").arg(MARK_TTL_MS);
-    cmd.query_async::<Value>(conn).await.map(drop)
+    conn.call(&Request::Cmd(cmd), None).await.map(drop)
 }

@@ -302,6 +302,7 @@ mod tests {
         Arc::new(Endpoint {
             target,
             handshake,
+            resp3: Handshake::resp3(None, None, 0, false, None),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             addr: "test".into(),
@@ -427,6 +428,7 @@ mod tests {
         let cfg = Arc::new(Endpoint {
             target: Target::Unix(path.clone()),
             handshake: Handshake::new(None, None, 0, false),
+            resp3: Handshake::resp3(None, None, 0, false, None),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_millis(200),
             addr: "test".into(),

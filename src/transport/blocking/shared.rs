@@ -487,6 +487,7 @@ mod tests {
         Arc::new(Endpoint {
             target: Target::Unix(path.to_path_buf()),
             handshake: Handshake::new(None, None, 0, false),
+            resp3: Handshake::resp3(None, None, 0, false, None),
             connect_timeout: Duration::from_secs(2),
             response_timeout: timeout,
             addr: "test".into(),

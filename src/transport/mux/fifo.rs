@@ -53,7 +53,18 @@ impl<W> Fifo<W> {
     /// Give a reply to the oldest waiter; return that waiter with its whole answer once this
     /// reply completes it (one value, or the list of a pipeline's replies).
     pub fn deliver(&mut self, value: Value) -> Result<Option<(W, Value)>, Unsolicited> {
+        self.deliver_seen(value, |_, _, _| {})
+    }
+
+    /// `deliver`, showing the reply first to its waiter (`seen`, with its place among the
+    /// waiter's replies).
+    pub fn deliver_seen(
+        &mut self,
+        value: Value,
+        seen: impl FnOnce(&mut W, usize, &Value),
+    ) -> Result<Option<(W, Value)>, Unsolicited> {
         let front = self.entries.front_mut().ok_or(Unsolicited)?;
+        seen(&mut front.waiter, front.got.len(), &value);
         let answer = match front.replies {
             Replies::One => value,
             Replies::Many(n) => {

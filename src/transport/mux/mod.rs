@@ -16,6 +16,7 @@
 
 mod done;
 pub(in crate::transport) mod fifo;
+mod pushed;
 mod stream;
 mod tasks;
 
@@ -32,8 +33,9 @@ use crate::runtime::{self, PerFork};
 use crate::stats::{Open, Stats};
 use crate::transport::Endpoint;
 
-pub use done::Done;
+pub use done::{Done, Ordered, Seen};
 use fifo::Fifo;
+pub use pushed::{PushSink, Pushed};
 use stream::Stream;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -84,6 +86,8 @@ pub struct Conn {
     open: std::sync::OnceLock<Open>,
     /// Where a replayed read goes.
     mux: Weak<Shared>,
+    /// A RESP3 connection's pushes (the tracking connection, `pushed.rs`).
+    sink: Option<Arc<dyn PushSink>>,
 }
 
 impl Poller for Conn {
@@ -140,11 +144,39 @@ impl Conn {
         if values.is_empty() {
             return unreadable.map_or(Ok(()), Err);
         }
+        if let Some(sink) = &self.sink {
+            self.absorb_in_order(values, sink.as_ref())?;
+            return unreadable.map_or(Ok(()), Err);
+        }
         let (answered, unasked) = lock(&self.state).waiting.deliver_all(values, &self.addr);
         for (w, value) in answered {
             w.done.complete(Ok(value));
         }
         unasked.or(unreadable).map_or(Ok(()), Err)
+    }
+
+    /// `absorb` on a connection with pushes: each push and each reply handled in the order
+    /// they came, a call's code run before anything after its reply (see `pushed.rs`).
+    fn absorb_in_order(&self, values: Vec<redis::Value>, sink: &dyn PushSink) -> Result<()> {
+        for value in values {
+            if let redis::Value::Push { kind, data } = value {
+                sink.push(kind, data);
+                continue;
+            }
+            let delivered =
+                lock(&self.state).waiting.deliver_seen(value, |w, at, v| w.done.seen(at, v));
+            match delivered {
+                Ok(Some((w, answer))) => w.done.complete(Ok(answer)),
+                Ok(None) => {}
+                Err(fifo::Unsolicited) => {
+                    return Err(Error::Internal(format!(
+                        "Redis at {} sent a reply nobody asked for",
+                        self.addr
+                    )))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Fail every waiting command and mark the connection unusable; a read kept for replay
@@ -171,6 +203,9 @@ impl Conn {
                 (Some(packed), Some(mux)) if lost => mux.replay(packed, w.done, w.deadline),
                 _ => w.done.complete(Err(err.clone())),
             }
+        }
+        if let Some(sink) = &self.sink {
+            sink.lost();
         }
     }
 }
@@ -201,6 +236,8 @@ pub struct Mux(Arc<Shared>);
 /// A client's connection and its settings, shared with the connection (for replays).
 struct Shared {
     config: Arc<Endpoint>,
+    /// Where pushes go: set for the tracking connection, which speaks RESP3.
+    sink: Option<Arc<dyn PushSink>>,
     /// Per fork generation: a child leaks its parent's connection (its socket is registered
     /// with the parent's reactor, and touching it would disturb the parent).
     current: PerFork<Mutex<Option<Arc<Conn>>>>,
@@ -208,7 +245,7 @@ struct Shared {
 
 impl Mux {
     pub fn new(config: Arc<Endpoint>) -> Self {
-        Mux(Arc::new(Shared { config, current: PerFork::new() }))
+        Mux(Arc::new(Shared { config, sink: None, current: PerFork::new() }))
     }
 
     /// Send packed commands; the outcome lands in `slot` (one value, or a list of them).
@@ -283,6 +320,7 @@ impl Shared {
             stats: Arc::clone(&self.config.stats),
             open: std::sync::OnceLock::new(),
             mux: Arc::downgrade(self),
+            sink: self.sink.clone(),
         });
         runtime::get()?.spawn(tasks::connect(Arc::clone(&conn), Arc::clone(&self.config)));
         *current = Some(Arc::clone(&conn));

@@ -10,6 +10,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::errors::{Error, Result};
 use crate::ffi;
+use crate::proto::handshake::Handshake;
 use crate::proto::read_buf::unreadable;
 use crate::proto::ReadBuf;
 use crate::transport::tls_io::{self, TlsIo};
@@ -25,9 +26,9 @@ impl Stream {
     /// Connect and run the handshake (no time limit: the caller bounds it). Return the
     /// stream, how many replies of a handshake sent without waiting are still to come, and
     /// the generation of the credentials it authenticated with (see `Handshake::start`).
-    pub async fn open(config: &Endpoint) -> Result<(Self, usize, u64)> {
+    pub async fn open(config: &Endpoint, handshake: &Handshake) -> Result<(Self, usize, u64)> {
         let addr = &config.addr;
-        config.handshake.first_async(config.connect_timeout).await?;
+        handshake.first_async(config.connect_timeout).await?;
         let failed = |e: std::io::Error| {
             Error::Connection(format!("Connection to Redis at {addr} failed: {e}"))
         };
@@ -51,7 +52,6 @@ impl Stream {
             }
             Target::Unix(path) => Stream::Unix(UnixStream::connect(path).await.map_err(failed)?),
         };
-        let handshake = &config.handshake;
         if handshake.is_empty() {
             return Ok((stream, 0, 0));
         }

@@ -16,7 +16,10 @@ use crate::transport::Endpoint;
 pub(super) async fn connect(conn: Arc<Conn>, config: Arc<Endpoint>) {
     let _guard = BreakOnDrop(Arc::clone(&conn), Arc::clone(&config.addr));
     let addr = &config.addr;
-    let opened = tokio::time::timeout(config.connect_timeout, Stream::open(&config)).await;
+    // The tracking connection (pushes go to a sink) speaks RESP3.
+    let handshake = if conn.sink.is_some() { &config.resp3 } else { &config.handshake };
+    let opened =
+        tokio::time::timeout(config.connect_timeout, Stream::open(&config, handshake)).await;
     let (stream, unanswered, auth_gen) = match opened {
         Ok(Ok(opened)) => opened,
         Ok(Err(err)) => return conn.break_with(&err),
