@@ -18,6 +18,7 @@ use crate::near::tracking::Near;
 use crate::proto::{reply, Reply, Request};
 use crate::py::client::Client;
 use crate::py::functions::fanout_metered;
+use crate::transport::{Done, Pushed};
 
 /// A key to read, with the token of its fill; none for a key not kept here (read, never
 /// installed: a get_many's other keys ride in the same round trip).
@@ -103,6 +104,16 @@ fn settle(
         values.push(data);
     }
     Ok(values)
+}
+
+/// Refresh `keys` (registered by `Store::take_refresh_of`) on the tracking connection whose
+/// invalidation named them: one round trip to the node that owns them, off every caller's
+/// path. Its reader reads the reply in order with the invalidations, and a token that
+/// survived until then installs.
+pub fn refresh_on(near: &Arc<Near>, conn: &Pushed, keys: Vec<FillKey>) {
+    let req = Request::Pipe(request(&keys));
+    let (near, source) = (Arc::clone(near), Arc::clone(conn.addr()));
+    conn.send(&req, Done::then(move |reply| drop(settle(&near, &keys, &source, reply))), None);
 }
 
 /// A get's fill: the value (an error reply raises).

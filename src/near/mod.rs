@@ -4,7 +4,7 @@
 //! marker and probes), `write.rs` own writes sent through them, `fill.rs` the one fill
 //! protocol, `py.rs` the Python surface (`py/forget.rs`: what a command sent through the cache drops; `ready.rs`: a hit's awaitable) (the cache's hooks are in `redoxide/near.py`).
 
-mod fill;
+pub(crate) mod fill;
 mod py;
 mod ready;
 mod store;

@@ -5,7 +5,7 @@
 //! Everything here runs without the GIL: the tracking task applies invalidations directly,
 //! and Python only ever copies a value out (`get`) or in (`install`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,6 +28,10 @@ const NIL: usize = usize::MAX;
 /// forgotten past this many (an invalidation storm costs bounded memory; the rest are read
 /// when next missed, one by one).
 const MAX_REFRESH: usize = 1024;
+/// A key's heat once served (see `Node::heat`).
+const HOT: u8 = 2;
+/// The heat of a value filled by a read that missed: it was read once.
+const READ: u8 = 1;
 
 pub use super::store_stats::{Flush, Stats};
 
@@ -47,9 +51,11 @@ struct Node {
     /// Shared so that a hit takes a reference under the lock and copies after it.
     value: Arc<[u8]>,
     expires_ns: u64,
-    /// Served since it was filled: when the server invalidates it, it is refreshed with this
-    /// process' next fill rather than only dropped.
-    hit: bool,
+    /// How much in use: `HOT` when served since it was filled, less for a value filled by a
+    /// read (or refreshed) and not served since. When the server invalidates a key with some
+    /// heat it is read again (`take_refresh_of`, `take_refresh`) rather than only dropped,
+    /// and the value read comes in one step cooler: a key no one reads stops being refreshed.
+    heat: u8,
     prev: usize,
     next: usize,
 }
@@ -65,7 +71,8 @@ struct Inner {
     bytes: usize,
     /// Fills in flight: key -> (token, when it was first registered, fills sharing it). An
     /// invalidation of the key removes it; a flush clears all.
-    pending: HashMap<Box<[u8]>, (u64, u64, u32)>,
+    /// The heat its value comes in with is the fourth.
+    pending: HashMap<Box<[u8]>, (u64, u64, u32, u8)>,
     next_token: u64,
     /// Bumped by every flush: a token from an older epoch never installs.
     epoch: u64,
@@ -76,7 +83,7 @@ struct Inner {
     writing: HashMap<Box<[u8]>, Writing>,
     /// Kept keys another client's write invalidated while they were being hit: the next fill
     /// this process sends reads them too (`take_refresh`), in the same round trip.
-    refresh: HashSet<Box<[u8]>>,
+    refresh: HashMap<Box<[u8]>, u8>,
 }
 
 /// What a lookup found.
@@ -120,7 +127,7 @@ impl Store {
                 epoch: 0,
                 waiters: 0,
                 writing: HashMap::new(),
-                refresh: HashSet::new(),
+                refresh: HashMap::new(),
             }),
             filled: Condvar::new(),
             stats: Stats::default(),
@@ -145,7 +152,7 @@ impl Store {
                 self.stats.expired.fetch_add(1, Ordering::Relaxed);
             } else if serve {
                 inner.touch(idx);
-                inner.nodes[idx].hit = true;
+                inner.nodes[idx].heat = HOT;
                 let value = Arc::clone(&inner.nodes[idx].value);
                 drop(inner);
                 // Copied after the lock is released: the caller makes a Python object of it,
@@ -200,8 +207,8 @@ impl Store {
     /// round trip (-1: no expiry). Return whether it was installed.
     pub fn install(&self, key: &[u8], token: Token, value: &[u8], pttl_ms: i64) -> bool {
         let mut inner = self.lock();
-        let registered = match inner.pending.get(key) {
-            Some(&(t, at, _)) if t == token.0 => at,
+        let (registered, heat) = match inner.pending.get(key) {
+            Some(&(t, at, _, heat)) if t == token.0 => (at, heat),
             _ => {
                 self.stats.fills_dropped.fetch_add(1, Ordering::Relaxed);
                 return false;
@@ -217,11 +224,11 @@ impl Store {
         };
         // The PTTL was read after the fill was registered: counting from then, the local copy
         // never outlives the server's.
-        self.keep(&mut inner, key, value, registered.saturating_add(ttl_ns))
+        self.keep(&mut inner, key, value, registered.saturating_add(ttl_ns), heat)
     }
 
     /// Put a value in (replacing the key's), evicting the least recently used to fit.
-    fn keep(&self, inner: &mut Inner, key: &[u8], value: &[u8], expires_ns: u64) -> bool {
+    fn keep(&self, inner: &mut Inner, key: &[u8], value: &[u8], expires_ns: u64, heat: u8) -> bool {
         if value.len() > self.limits.max_value_bytes {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -239,7 +246,7 @@ impl Store {
             inner.remove(tail);
             self.stats.evictions.fetch_add(1, Ordering::Relaxed);
         }
-        inner.insert(key.into(), Arc::from(value), expires_ns, size);
+        inner.insert(key.into(), Arc::from(value), expires_ns, size, heat);
         self.stats.installs.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -247,7 +254,7 @@ impl Store {
     /// Forget a fill that will not report back (its request failed).
     pub fn cancel(&self, key: &[u8], token: Token) {
         let mut inner = self.lock();
-        if inner.pending.get(key).is_some_and(|&(t, _, _)| t == token.0) {
+        if inner.pending.get(key).is_some_and(|&(t, ..)| t == token.0) {
             inner.release(key);
             self.wake(&inner);
         }
@@ -276,8 +283,9 @@ impl Store {
             // of a write applied before it, or else drops what the answer installed.)
             inner.pending.remove(key);
             if let Some(&idx) = inner.map.get(key) {
-                if inner.nodes[idx].hit && inner.refresh.len() < MAX_REFRESH {
-                    inner.refresh.insert(key.into());
+                let heat = inner.nodes[idx].heat;
+                if heat > 0 && inner.refresh.len() < MAX_REFRESH {
+                    inner.refresh.insert(key.into(), heat);
                 }
                 inner.remove(idx);
             }
@@ -294,16 +302,36 @@ impl Store {
             return Vec::new();
         }
         let now = now_ns();
-        let keys: Vec<Box<[u8]>> = inner.refresh.iter().take(limit).cloned().collect();
+        let keys: Vec<Box<[u8]>> = inner.refresh.keys().take(limit).cloned().collect();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            inner.refresh.remove(&key);
-            let busy = inner.map.contains_key(&key)
-                || inner.pending.contains_key(&key)
-                || inner.writing.contains_key(&key);
-            if !busy {
-                let token = inner.register(&key, now);
+            if let Some(token) = inner.take_for_refresh(&key, now) {
                 out.push((key, token));
+            }
+        }
+        self.stats.refreshes.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// `take_refresh` of these keys only (those of one invalidation, read from one node's
+    /// tracking connection): up to `limit` of them that were being hit, registered for a fill.
+    pub fn take_refresh_of<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [u8]>,
+        limit: usize,
+    ) -> Vec<(Box<[u8]>, Token)> {
+        let mut inner = self.lock();
+        if inner.refresh.is_empty() {
+            return Vec::new();
+        }
+        let now = now_ns();
+        let mut out = Vec::new();
+        for key in keys {
+            if out.len() == limit {
+                break;
+            }
+            if let Some(token) = inner.take_for_refresh(key, now) {
+                out.push((Box::from(key), token));
             }
         }
         self.stats.refreshes.fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -357,11 +385,29 @@ impl Inner {
     }
 
     /// Spoil the install claim of a write of `key` in flight; whether there was one.
+    /// Register a refresh of `key` if it waits for one and is not kept again or being filled
+    /// (a key being written keeps waiting: the write's value takes its heat).
+    fn take_for_refresh(&mut self, key: &[u8], now: u64) -> Option<Token> {
+        if self.writing.contains_key(key) {
+            return None;
+        }
+        let heat = self.refresh.remove(key)?;
+        if self.map.contains_key(key) || self.pending.contains_key(key) {
+            return None;
+        }
+        Some(self.register_with(key, now, heat - 1))
+    }
+
     fn register(&mut self, key: &[u8], now: u64) -> Token {
         if !self.refresh.is_empty() {
             // Filled now: nothing left to refresh.
             self.refresh.remove(key);
         }
+        self.register_with(key, now, READ)
+    }
+
+    /// `register`, the value to come in with `heat`.
+    fn register_with(&mut self, key: &[u8], now: u64, heat: u8) -> Token {
         if self.pending.len() >= MAX_PENDING {
             // Abandoned fills (cancelled awaits): forgetting them all only costs a few installs.
             self.pending.clear();
@@ -377,7 +423,7 @@ impl Inner {
         // kill every older one; the epoch is kept for the stats.
         let token = self.next_token;
         self.next_token += 1;
-        self.pending.insert(key.into(), (token, now, 1));
+        self.pending.insert(key.into(), (token, now, 1, heat));
         Token(token)
     }
 
@@ -434,8 +480,8 @@ impl Inner {
         self.free.push(idx);
     }
 
-    fn insert(&mut self, key: Box<[u8]>, value: Arc<[u8]>, expires_ns: u64, size: usize) {
-        let node = Node { key: key.clone(), value, expires_ns, hit: false, prev: NIL, next: NIL };
+    fn insert(&mut self, key: Box<[u8]>, value: Arc<[u8]>, expires_ns: u64, size: usize, heat: u8) {
+        let node = Node { key: key.clone(), value, expires_ns, heat, prev: NIL, next: NIL };
         let idx = match self.free.pop() {
             Some(idx) => {
                 self.nodes[idx] = node;
@@ -488,22 +534,50 @@ mod tests {
         }
     }
 
-    #[test]
-    fn keys_invalidated_while_hit_are_refreshed_with_the_next_fill_once() {
-        let s = store(10_000);
-        kept(&s, &[b"a", b"b", b"cold"], &[b"a", b"b"]);
-        s.invalidate_from_server([&b"a"[..], b"b", b"cold"].into_iter());
-        // "cold" was not read since its fill: dropped, not refreshed.
+    /// The keys `take_refresh` registers, sorted, each installed as "new".
+    fn refreshed(s: &Store) -> Vec<Vec<u8>> {
         let mut taken = s.take_refresh(64);
         taken.sort_by(|x, y| x.0.cmp(&y.0));
-        let keys: Vec<&[u8]> = taken.iter().map(|(k, _)| &**k).collect();
-        assert_eq!(keys, [&b"a"[..], b"b"]);
         for (key, token) in &taken {
             assert!(s.install(key, *token, b"new", -1));
-            assert_eq!(get(&s, key), Ok(b"new".to_vec()));
         }
+        taken.into_iter().map(|(k, _)| k.to_vec()).collect()
+    }
+
+    #[test]
+    fn invalidated_keys_in_use_are_refreshed_and_cool_off_unless_read() {
+        let s = store(10_000);
+        // Served ("a", "b"), filled by a read ("once"), written here and never read ("w").
+        kept(&s, &[b"a", b"b", b"once"], &[b"a", b"b"]);
+        let w = s.begin_write(b"w");
+        assert!(s.ack_write(b"w", w, (b"v", None), now_ns()));
+        s.end_write(b"w", true);
+        let all = [&b"a"[..], b"b", b"once", b"w"];
+        s.invalidate_from_server(all.into_iter());
+        assert_eq!(refreshed(&s), [b"a".to_vec(), b"b".to_vec(), b"once".to_vec()]);
+        assert_eq!(get(&s, b"a"), Ok(b"new".to_vec()));
+        // Not read since: "b" comes back once more, "once" no more.
+        s.invalidate_from_server(all.into_iter());
+        assert_eq!(refreshed(&s), [b"a".to_vec(), b"b".to_vec()]);
+        s.invalidate_from_server(all.into_iter());
+        assert_eq!(refreshed(&s), [b"a".to_vec()]);
         assert!(s.take_refresh(64).is_empty());
-        assert_eq!(s.stats.refreshes.load(Ordering::Relaxed), 2);
+        assert_eq!(s.stats.refreshes.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn an_own_write_takes_the_heat_of_what_it_replaces() {
+        let s = store(10_000);
+        kept(&s, &[b"k"], &[b"k"]);
+        let w = s.begin_write(b"k");
+        // Another client's write, applied before this one: its invalidation is read first,
+        // and the key waits for a refresh that the write's value makes needless.
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        assert!(s.take_refresh(64).is_empty());
+        assert!(s.ack_write(b"k", w, (b"mine", None), now_ns()));
+        s.end_write(b"k", true);
+        s.invalidate_from_server([&b"k"[..]].into_iter());
+        assert_eq!(refreshed(&s), [b"k".to_vec()]);
     }
 
     #[test]

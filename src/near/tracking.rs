@@ -12,13 +12,14 @@
 //! only then opens the gate; a lost connection shuts it and flushes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::{PushKind, Value};
 use tokio::task::JoinHandle;
 
 use crate::errors::Result;
+use crate::near::fill::FillKey;
 use crate::near::store::{now_ns, Flush, Store};
 use crate::runtime;
 use crate::transport::{Endpoint, PushSink, Pushed};
@@ -36,6 +37,10 @@ pub struct Source {
     /// belong to another node's slots).
     pub check_db: bool,
 }
+
+/// At most this many of the keys one invalidation names, if they were being hit, are read
+/// again at once on the connection that named them (the rest ride along with a later fill).
+const REFRESH_NOW: usize = 64;
 
 /// Whether tracking works.
 const ACTIVE: u8 = 0;
@@ -113,12 +118,20 @@ struct Sink {
     near: Weak<Near>,
     set_id: u64,
     idx: usize,
+    /// The connection itself, where the keys it invalidates are refreshed.
+    conn: OnceLock<Weak<Pushed>>,
 }
 
 impl PushSink for Sink {
     fn push(&self, kind: PushKind, data: Vec<Value>) {
-        if let Some(near) = self.near.upgrade() {
-            near.push(kind, data);
+        let Some(near) = self.near.upgrade() else { return };
+        let refresh = near.push(kind, data);
+        if refresh.is_empty() {
+            return;
+        }
+        match self.conn.get().and_then(Weak::upgrade) {
+            Some(conn) => crate::near::fill::refresh_on(&near, &conn, refresh),
+            None => crate::near::fill::cancel_all(&near, &refresh),
         }
     }
 
@@ -378,26 +391,38 @@ impl Near {
     }
 
     /// Open a tracking connection to `source` for server `idx` of set `set_id`.
-    fn open(self: &Arc<Self>, source: &Source, set_id: u64, idx: usize) -> Result<Pushed> {
-        let sink = Arc::new(Sink { near: Arc::downgrade(self), set_id, idx });
-        Pushed::open(Arc::clone(&source.endpoint), sink)
+    fn open(self: &Arc<Self>, source: &Source, set_id: u64, idx: usize) -> Result<Arc<Pushed>> {
+        let near = Arc::downgrade(self);
+        let sink = Arc::new(Sink { near, set_id, idx, conn: OnceLock::new() });
+        let conn = Arc::new(Pushed::open(Arc::clone(&source.endpoint), Arc::clone(&sink) as _)?);
+        let _ = sink.conn.set(Arc::downgrade(&conn));
+        Ok(conn)
     }
 
-    /// Apply one push frame from a tracking connection (other kinds are not asked for).
-    fn push(&self, kind: PushKind, data: Vec<Value>) {
+    /// Apply one push frame from a tracking connection (other kinds are not asked for); the
+    /// keys it invalidated that were being hit, registered for a refresh (`REFRESH_NOW`).
+    fn push(&self, kind: PushKind, data: Vec<Value>) -> Vec<FillKey> {
         if kind != PushKind::Invalidate {
-            return;
+            return Vec::new();
         }
         match data.first() {
             Some(Value::Array(keys)) => {
-                let keys = keys.iter().filter_map(|k| match k {
-                    Value::BulkString(b) => Some(b.as_slice()),
-                    _ => None,
-                });
-                self.store.invalidate_from_server(keys);
+                let keys: Vec<&[u8]> = keys
+                    .iter()
+                    .filter_map(|k| match k {
+                        Value::BulkString(b) => Some(b.as_slice()),
+                        _ => None,
+                    })
+                    .collect();
+                self.store.invalidate_from_server(keys.iter().copied());
+                let refresh = self.store.take_refresh_of(keys.into_iter(), REFRESH_NOW);
+                refresh.into_iter().map(|(key, token)| (key, Some(token))).collect()
             }
             // A null invalidation: FLUSHDB, FLUSHALL, SWAPDB, a replica's full resync.
-            _ => self.store.flush(Flush::Server),
+            _ => {
+                self.store.flush(Flush::Server);
+                Vec::new()
+            }
         }
     }
 

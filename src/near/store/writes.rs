@@ -65,8 +65,12 @@ impl Store {
             None => self.limits.max_ttl_ns,
             Some(ms) => self.limits.max_ttl_ns.min(ms.saturating_mul(1_000_000)),
         };
+        // As much in use as the copy it replaces (or the one an invalidation just took, which
+        // waits for a refresh that this value makes needless).
+        let replaced = inner.map.get(key).map_or(0, |&idx| inner.nodes[idx].heat);
+        let heat = replaced.max(inner.refresh.remove(key).unwrap_or(0));
         // Counted from before the write was sent: never outlives the server's copy.
-        let kept = self.keep(&mut inner, key, value, begun.saturating_add(ttl_ns));
+        let kept = self.keep(&mut inner, key, value, begun.saturating_add(ttl_ns), heat);
         if kept {
             self.stats.own_writes_kept.fetch_add(1, Ordering::Relaxed);
         }

@@ -57,7 +57,7 @@ pub(super) async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id
     let mut refusals = 0;
     loop {
         let conn = match near.open(&source, set_id, idx) {
-            Ok(conn) => Arc::new(conn),
+            Ok(conn) => conn,
             Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
         };
         let outcome = session(&near, &conn, &source, idx, set_id).await;
