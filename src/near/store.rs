@@ -314,11 +314,14 @@ impl Store {
     }
 
     /// `take_refresh` of these keys only (those of one invalidation, read from one node's
-    /// tracking connection): up to `limit` of them that were being hit, registered for a fill.
+    /// tracking connection): up to `limit` of them that were in use, registered for a fill.
+    /// The rest wait for a later fill to ride along with if `keep_rest` (every key on one
+    /// primary), else are forgotten (nothing would take them).
     pub fn take_refresh_of<'a>(
         &self,
         keys: impl Iterator<Item = &'a [u8]>,
         limit: usize,
+        keep_rest: bool,
     ) -> Vec<(Box<[u8]>, Token)> {
         let mut inner = self.lock();
         if inner.refresh.is_empty() {
@@ -328,7 +331,11 @@ impl Store {
         let mut out = Vec::new();
         for key in keys {
             if out.len() == limit {
-                break;
+                if keep_rest {
+                    break;
+                }
+                inner.refresh.remove(key);
+                continue;
             }
             if let Some(token) = inner.take_for_refresh(key, now) {
                 out.push((Box::from(key), token));
@@ -563,6 +570,20 @@ mod tests {
         assert_eq!(refreshed(&s), [b"a".to_vec()]);
         assert!(s.take_refresh(64).is_empty());
         assert_eq!(s.stats.refreshes.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn past_a_batch_the_rest_waits_for_a_fill_or_is_forgotten() {
+        // One primary: the rest rides along with the next fill; a cluster: nothing would take
+        // it, and it must not fill the bounded list for ever.
+        for keep_rest in [true, false] {
+            let s = store(10_000);
+            let keys = [&b"a"[..], b"b", b"c"];
+            kept(&s, &keys, &keys);
+            s.invalidate_from_server(keys.into_iter());
+            assert_eq!(s.take_refresh_of(keys.into_iter(), 1, keep_rest).len(), 1);
+            assert_eq!(s.take_refresh(64).len(), if keep_rest { 2 } else { 0 }, "{keep_rest}");
+        }
     }
 
     #[test]

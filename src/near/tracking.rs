@@ -108,7 +108,8 @@ pub struct Near {
 /// A tracking connection that carries writes.
 #[derive(Clone)]
 pub struct Writer {
-    set_id: u64,
+    /// The set of tracking connections it belongs to.
+    pub set_id: u64,
     pub conn: Arc<Pushed>,
 }
 
@@ -186,14 +187,34 @@ impl Near {
         locked(&self.writer).clone()
     }
 
-    /// After a write through the tracking connection went unanswered: where it lands among
-    /// later writes is unknown, so that connection is dropped and tracking starts afresh (a
-    /// write still in it that lands later reaches the new connection as an invalidation).
-    pub fn restart(self: &Arc<Self>) {
-        let mut trackers = locked(&self.trackers);
-        let sources = trackers.sources.clone();
-        // (Fails only without a runtime, which the write that got here had.)
-        let _ = self.reset(&mut trackers, sources);
+    /// After a write through the tracking connection of set `set_id` went unanswered: where it
+    /// lands among later writes is unknown, so that connection is dropped and tracking starts
+    /// afresh (a write still in it that lands later reaches the new connection as an
+    /// invalidation), once for all the writes that failed with it. On the runtime: the caller
+    /// may be a connection's reader, or hold locks a reset takes.
+    pub fn restart(self: &Arc<Self>, set_id: u64) {
+        let near = Arc::clone(self);
+        let restart = move || {
+            let mut trackers = locked(&near.trackers);
+            if trackers.set_id == set_id {
+                let sources = trackers.sources.clone();
+                let _ = near.reset(&mut trackers, sources);
+            }
+        };
+        match runtime::get() {
+            Ok(rt) => drop(rt.spawn(async move { restart() })),
+            Err(_) => restart(),
+        }
+    }
+
+    /// Forget the writer. Its connection closes when the last holder lets go, failing the
+    /// writes still in it, whose ends take locks: never dropped here, where the caller holds
+    /// the trackers, but on the runtime.
+    fn drop_writer(&self) {
+        let Some(writer) = locked(&self.writer).take() else { return };
+        if let Ok(rt) = runtime::get() {
+            drop(rt.spawn(async move { drop(writer) }));
+        }
     }
 
     fn set_writer(&self, set_id: u64, writer: Option<Writer>) {
@@ -344,7 +365,7 @@ impl Near {
         for task in trackers.tasks.drain(..) {
             task.abort();
         }
-        *locked(&self.writer) = None;
+        self.drop_writer();
         trackers.sources = sources;
         trackers.set_id += 1;
         *locked(&self.answers) =
@@ -415,7 +436,8 @@ impl Near {
                     })
                     .collect();
                 self.store.invalidate_from_server(keys.iter().copied());
-                let refresh = self.store.take_refresh_of(keys.into_iter(), REFRESH_NOW);
+                let refresh =
+                    self.store.take_refresh_of(keys.into_iter(), REFRESH_NOW, self.one_primary());
                 refresh.into_iter().map(|(key, token)| (key, Some(token))).collect()
             }
             // A null invalidation: FLUSHDB, FLUSHALL, SWAPDB, a replica's full resync.
@@ -446,7 +468,7 @@ impl Near {
         for task in trackers.tasks.drain(..) {
             task.abort();
         }
-        *locked(&self.writer) = None;
+        self.drop_writer();
         drop(trackers);
         self.refuse(reason);
     }

@@ -131,7 +131,7 @@ impl Write {
         done: impl FnOnce(Result<Value>) + Send + 'static,
     ) -> Result<()> {
         let Write { sent, kept, ttl_ms, writer, stats, .. } = self;
-        let conn = writer.conn;
+        let (conn, set_id) = (writer.conn, writer.set_id);
         let meter = Meter::start(&sent);
         let begun = now_ns();
         let claimed: Arc<Vec<(Kept, Token)>> = Arc::new(
@@ -166,7 +166,7 @@ impl Write {
                 // tracking connections start afresh (one still in it that lands later reaches
                 // the new connection as an invalidation).
                 Err(err) => {
-                    near.restart();
+                    near.restart(set_id);
                     Err(err)
                 }
             };

@@ -193,6 +193,27 @@ def test_another_process_sees_an_own_write_within_the_bound(
     assert reader.near_cache_stats()["invalidations"] >= 1
 
 
+def test_a_write_queued_behind_a_probe_still_times_out_in_socket_timeout(
+    near_proxy: CountingProxy, make_near: Callable[..., Any]
+) -> None:
+    # The tracking connection's probes may wait as long as MAX_STALE_MS (here 8 s); an own
+    # write sent behind an unanswered probe is bound by SOCKET_TIMEOUT all the same. The
+    # proxy holds the server's answers to the tracking connection from its next probe on.
+    import asyncio
+
+    cache = make_near(near_proxy.url, near=near_options(MAX_STALE_MS=8_000), SOCKET_TIMEOUT=0.5)
+    cache.set("cfg:a", 1)
+    assert warm(cache, "cfg:a") == 1
+    near_proxy.hold(cache._client._store.marker().encode())
+    assert near_proxy.holding.wait(30), "the tracking connection sent no probe"
+    try:
+        with pytest.raises(CacheTimeout):
+            # Far past SOCKET_TIMEOUT, half MAX_STALE_MS: the bound is the former.
+            asyncio.run(asyncio.wait_for(cache.aset("cfg:a", 2), 4))
+    finally:
+        near_proxy.release()
+
+
 def test_a_stalled_write_times_out_and_tracking_starts_afresh(
     make_near: Callable[..., Any], writer: Any
 ) -> None:

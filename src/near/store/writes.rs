@@ -90,6 +90,8 @@ impl Store {
         }
         if !applied {
             inner.drop_key(key);
+            // A refresh it was to make needless: read when next missed.
+            inner.refresh.remove(key);
         }
         self.wake(&inner);
     }

@@ -106,6 +106,11 @@ impl<W> Fifo<W> {
     }
 
     /// Every waiter, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &W> {
+        self.entries.iter().map(|e| &e.waiter)
+    }
+
+    /// Every waiter, oldest first, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut W> {
         self.entries.iter_mut().map(|e| &mut e.waiter)
     }

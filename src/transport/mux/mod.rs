@@ -155,6 +155,17 @@ impl Conn {
         unasked.or(unreadable).map_or(Ok(()), Err)
     }
 
+    /// When a waiting command's time is up: the oldest's (they share one budget), or on the
+    /// tracking connection, whose probes have a longer one than the writes behind them, the
+    /// earliest of all (a few wait there).
+    fn earliest_deadline(&self) -> Option<Instant> {
+        let st = lock(&self.state);
+        match self.sink {
+            None => st.waiting.front().map(|w| w.deadline),
+            Some(_) => st.waiting.iter().map(|w| w.deadline).min(),
+        }
+    }
+
     /// `absorb` on a connection with pushes: each push and each reply handled in the order
     /// they came, a call's code run before anything after its reply (see `pushed.rs`).
     fn absorb_in_order(&self, values: Vec<redis::Value>, sink: &dyn PushSink) -> Result<()> {

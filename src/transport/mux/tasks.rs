@@ -94,16 +94,13 @@ async fn read_loop(conn: Arc<Conn>, addr: Arc<str>, response_timeout: Duration) 
     loop {
         // Idle, re-check every quarter timeout: a command written from a caller's thread does
         // not wake us, so its deadline is noticed at the latest that much late.
-        let deadline = lock(&conn.state)
-            .waiting
-            .front()
-            .map_or_else(|| Instant::now() + response_timeout / 4, |w| w.deadline);
+        let deadline =
+            conn.earliest_deadline().unwrap_or_else(|| Instant::now() + response_timeout / 4);
         let ready = match tokio::time::timeout_at(deadline, stream.ready(Interest::READABLE)).await
         {
             Ok(ready) => ready,
             Err(_) => {
-                let late =
-                    lock(&conn.state).waiting.front().is_some_and(|w| w.deadline <= Instant::now());
+                let late = conn.earliest_deadline().is_some_and(|d| d <= Instant::now());
                 if late {
                     return conn.break_with(&Error::Timeout(format!(
                         "Redis at {addr} did not answer within {response_timeout:?}"
