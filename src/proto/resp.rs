@@ -160,19 +160,7 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
             }
             let len =
                 usize::try_from(len).map_err(|_| ParseError::Protocol("bad length".into()))?;
-            // Never trust a count for an allocation: each element needs at least 3 bytes.
-            let mut items = Vec::with_capacity(len.min((buf.len() - next) / 3 + 1));
-            let mut at = next;
-            for _ in 0..len {
-                match parse_at(buf, at, depth + 1)? {
-                    Some((item, after)) => {
-                        items.push(item);
-                        at = after;
-                    }
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some((Value::Array(items), at)))
+            Ok(items_at(buf, next, len, depth)?.map(|(items, at)| (Value::Array(items), at)))
         }
         b'~' | b'>' | b'%' | b'|' => {
             let len = usize::try_from(int(text)?)
@@ -181,17 +169,9 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
                 b'%' | b'|' => len.saturating_mul(2),
                 _ => len,
             };
-            let mut items = Vec::with_capacity(count.min((buf.len() - next) / 3 + 1));
-            let mut at = next;
-            for _ in 0..count {
-                match parse_at(buf, at, depth + 1)? {
-                    Some((item, after)) => {
-                        items.push(item);
-                        at = after;
-                    }
-                    None => return Ok(None),
-                }
-            }
+            let Some((items, mut at)) = items_at(buf, next, count, depth)? else {
+                return Ok(None);
+            };
             let pairs = |items: Vec<Value>| {
                 let mut pairs = Vec::with_capacity(items.len() / 2);
                 let mut items = items.into_iter();
@@ -226,6 +206,30 @@ fn parse_at(buf: &[u8], start: usize, depth: usize) -> Result<Option<(Value, usi
         }
         other => Err(ParseError::Protocol(format!("unexpected reply type byte {other:#04x}"))),
     }
+}
+
+/// The `count` elements of an aggregate starting at `start` (one level below `depth`), and
+/// where they end; `None` if more bytes are needed.
+#[inline]
+fn items_at(
+    buf: &[u8],
+    start: usize,
+    count: usize,
+    depth: usize,
+) -> Result<Option<(Vec<Value>, usize)>, ParseError> {
+    // Never trust a count for an allocation: each element needs at least 3 bytes.
+    let mut items = Vec::with_capacity(count.min((buf.len() - start) / 3 + 1));
+    let mut at = start;
+    for _ in 0..count {
+        match parse_at(buf, at, depth + 1)? {
+            Some((item, after)) => {
+                items.push(item);
+                at = after;
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(Some((items, at)))
 }
 
 #[cfg(test)]
