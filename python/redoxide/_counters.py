@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from redoxide import _scripts
+from redoxide._bridges import bridge as _bridge
 from redoxide._offers import (
     conditional_delete,
     has,
@@ -36,7 +37,8 @@ __all__ = ["CountersMixin"]
 
 
 class CountersMixin:
-    """The plans of incr, decr, incr_version and decr_version."""
+    """incr and decr written out, and the plans of incr, decr, incr_version and
+    decr_version."""
 
     #: Set once a script was refused to this instance: from then on incr asks the key's node
     #: whether scripts run there before sending one (not asked before: incr is on the request
@@ -48,9 +50,51 @@ class CountersMixin:
         _config: Config
         version: int
 
+        _FAIL_OPEN_ERRORS: tuple[type[BaseException], ...]
+
         def _key(self, key: Any, version: int | None) -> str: ...
         def _encode(self, value: Any, key: Any = None) -> bytes: ...
         def _decode(self, data: bytes, key: Any) -> Any: ...
+        def _failed(self, exc: BaseException, fallback: Any) -> Any: ...
+        def _run(self, plan: Plan[Any], fallback: Any = None) -> Any: ...
+        async def _arun(self, plan: Plan[Any], fallback: Any = None) -> Any: ...
+
+    # -- incr and decr written out (the request path): one EVALSHA, awaited directly ------------
+
+    def _count(self, key: Any, delta: Any, version: int | None, create: bool) -> Any:
+        """incr and decr: the script's EVALSHA sent directly; an error reply (which changed
+        nothing) continues as the plan does, and so does everything but the plain case."""
+        if create or self._scripts_refused_seen:
+            return self._run(self._incr(key, delta, version, create))
+        made = self._key(key, version)
+        try:
+            value = self._client.execute(("EVALSHA", _scripts.INCR_SHA, 1, made, delta))
+        except ResponseError as exc:
+            return self._run(self._incr_refused(key, made, delta, False, exc))
+        except self._FAIL_OPEN_ERRORS as exc:
+            return self._failed(exc, None)
+        if value is None:
+            raise ValueError(f"Key '{key}' not found.")
+        return value
+
+    async def _acount(self, key: Any, delta: Any, version: int | None, create: bool) -> Any:
+        """aincr and adecr, as _count."""
+        if create or self._scripts_refused_seen:
+            return await self._arun(self._incr(key, delta, version, create))
+        made = self._key(key, version)
+        try:
+            value = await self._client.execute(
+                ("EVALSHA", _scripts.INCR_SHA, 1, made, delta), _bridge()
+            )
+        except ResponseError as exc:
+            return await self._arun(self._incr_refused(key, made, delta, False, exc))
+        except self._FAIL_OPEN_ERRORS as exc:
+            return self._failed(exc, None)
+        if value is None:
+            raise ValueError(f"Key '{key}' not found.")
+        return value
+
+    # -- plans ----------------------------------------------------------------------------------
 
     def _incr(self, key: Any, delta: int, version: int | None, create: bool = False) -> Plan[Any]:
         made = self._key(key, version)
@@ -67,25 +111,40 @@ class CountersMixin:
         # The script's EVALSHA is written out here rather than through _eval: incr is on the
         # request path, and the delegation costs ~1,600 instructions a call (callgrind).
         try:
-            try:
-                value = yield c.execute, (command,)
-            except NoScriptError:
-                # The server has not seen the script yet (or flushed it): send it whole once.
-                value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
+            value = yield c.execute, (command,)
         except ResponseError as exc:
-            if not create and refused(exc):
-                # No scripts here: the compare-and-set path, atomic without one.
-                yield from note_refused(node_of(c, made))
-                self._scripts_refused_seen = True
-                return (yield from self._incr_checked(key, made, delta, create))
-            if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
-                raise
-            # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta, a sum
-            # past 2**63-1): add in Python and write back only if nobody wrote meanwhile.
-            return (yield from self._incr_checked(key, made, delta, create))
+            return (yield from self._incr_refused(key, made, delta, create, exc))
         if value is None:
             raise ValueError(f"Key '{key}' not found.")
         return value
+
+    def _incr_refused(
+        self, key: Any, made: str, delta: Any, create: bool, exc: ResponseError
+    ) -> Plan[Any]:
+        """incr after its first command was answered with an error (which changed nothing):
+        the script unknown to the server, scripts refused, or a value INCRBY cannot add to.
+        (The cache's written-out incr and decr continue here too.)"""
+        c = self._client
+        if isinstance(exc, NoScriptError):
+            # The server has not seen the script yet (or flushed it): send it whole once.
+            try:
+                value = yield c.execute, (("EVAL", _scripts.INCR, 1, made, delta),)
+            except ResponseError as again:
+                exc = again
+            else:
+                if value is None:
+                    raise ValueError(f"Key '{key}' not found.")
+                return value
+        if not create and refused(exc):
+            # No scripts here: the compare-and-set path, atomic without one.
+            yield from note_refused(node_of(c, made))
+            self._scripts_refused_seen = True
+            return (yield from self._incr_checked(key, made, delta, create))
+        if exc.code != ("ERR" if create else _scripts.NOT_AN_INTEGER):
+            raise exc
+        # Not stored as a 64-bit raw int (a pickled number, a huge int, a float delta, a sum
+        # past 2**63-1): add in Python and write back only if nobody wrote meanwhile.
+        return (yield from self._incr_checked(key, made, delta, create))
 
     def _incr_checked(self, key: Any, made: str, delta: Any, create: bool) -> Plan[Any]:
         """incr by read, add and compare-and-set (keeping the TTL), retried while other writers

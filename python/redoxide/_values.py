@@ -72,8 +72,6 @@ class ValuesMixin:
     """Key making, timeouts, encoding and decoding."""
 
     if TYPE_CHECKING:  # what RedisCache and Django's BaseCache provide
-        key_prefix: str
-        version: int
         default_timeout: float | None
         key_func: Callable[..., str]
         _serializer: Serializer
@@ -96,31 +94,63 @@ class ValuesMixin:
 
     # -- keys ------------------------------------------------------------------------------
 
+    # KEY_PREFIX and VERSION as properties: setting either (Django's __init__ does) also sets
+    # `_base`, the prefix of every key made with the default version and key function, so the
+    # hot path concatenates one string instead of formatting three.
+    _key_prefix: str = ""
+    _version: int = 1
+    _base: str = ":1:"
+
+    @property
+    def key_prefix(self) -> str:
+        return self._key_prefix
+
+    @key_prefix.setter
+    def key_prefix(self, value: str) -> None:
+        self._key_prefix = value
+        self._base = f"{value}:{self._version}:"
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._version = value
+        self._base = f"{self._key_prefix}:{value}:"
+
     def _key(self, key: Any, version: int | None) -> str:
-        if version is None:
-            version = self.version
-        if self.key_func is default_key_func:
-            made = f"{self.key_prefix}:{version}:{key}"
+        if self.key_func is not default_key_func:
+            made = self.key_func(
+                key, self._key_prefix, self._version if version is None else version
+            )
+        elif version is None and type(key) is str:
+            made = self._base + key
         else:
-            made = self.key_func(key, self.key_prefix, version)
-        if len(made) > MEMCACHE_MAX_KEY_LENGTH or _UNSAFE_KEY.search(made):
+            made = f"{self._key_prefix}:{self._version if version is None else version}:{key}"
+        # Django's memcached-safety warnings (a control character, a space, DEL, or too long):
+        # isprintable and a search for a space rule out all but the rarest keys in C, before
+        # the regex search that decides.
+        if len(made) > MEMCACHE_MAX_KEY_LENGTH or (
+            (not made.isprintable() or " " in made) and _UNSAFE_KEY.search(made)
+        ):
             self.validate_key(made)
         return made
 
     def _keys(self, keys: Iterable[Any], version: int | None) -> list[str]:
         """Make many keys at once (the per-key work of get_many and friends)."""
         if version is None:
-            version = self.version
+            version = self._version
         if self.key_func is default_key_func:
-            base = f"{self.key_prefix}:{version}:"
+            base = self._base if version == self._version else f"{self._key_prefix}:{version}:"
             made = [base + k if type(k) is str else f"{base}{k}" for k in keys]
         else:
-            made = [self.key_func(k, self.key_prefix, version) for k in keys]
-        # One search over all the keys at once (an unsafe character is one character, so joining
+            made = [self.key_func(k, self._key_prefix, version) for k in keys]
+        # One check over all the keys at once (an unsafe character is one character, so joining
         # finds exactly the keys' own), and lengths only when together they could be too long:
         # a third of the per-key cost of a 10-key call. The slow loop finds which keys to warn.
         joined = "".join(made)
-        if _UNSAFE_KEY.search(joined) or (
+        if ((not joined.isprintable() or " " in joined) and _UNSAFE_KEY.search(joined)) or (
             len(joined) > MEMCACHE_MAX_KEY_LENGTH and max(map(len, made)) > MEMCACHE_MAX_KEY_LENGTH
         ):
             for m in made:

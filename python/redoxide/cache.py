@@ -295,6 +295,20 @@ class RedisCache(
         except self._FAIL_OPEN_ERRORS as exc:
             return self._failed_many(exc, keys)
 
+    def delete(self, key: Any, version: int | None = None) -> bool:
+        made = self._key(key, version)
+        try:
+            return bool(self._client.execute(("DEL", made)))
+        except self._FAIL_OPEN_ERRORS as exc:
+            return self._failed(exc, False)  # type: ignore[no-any-return]
+
+    async def adelete(self, key: Any, version: int | None = None) -> bool:
+        made = self._key(key, version)
+        try:
+            return bool(await self._client.execute(("DEL", made), _bridge()))
+        except self._FAIL_OPEN_ERRORS as exc:
+            return self._failed(exc, False)  # type: ignore[no-any-return]
+
     def _failed_many(self, exc: BaseException, keys: list[Any]) -> dict[Any, Any]:
         """get_many's fail-open: re-raise unless it covers `exc`; else what did answer (a
         cluster's healthy nodes, when one node failed), or nothing."""
@@ -322,9 +336,6 @@ class RedisCache(
         if ttl == 0:
             return bool((yield c.execute, (("DEL", made),)))
         return bool((yield c.execute, (("PEXPIRE", made, ttl),)))
-
-    def _delete(self, key: Any, version: int | None) -> Plan[bool]:
-        return bool((yield self._client.execute, (("DEL", self._key(key, version)),)))
 
     def _has_key(self, key: Any, version: int | None) -> Plan[bool]:
         return bool((yield self._client.execute, (("EXISTS", self._key(key, version)),)))
@@ -386,12 +397,6 @@ class RedisCache(
     ) -> bool:
         return await self._arun(self._touch(key, timeout, version), False)
 
-    def delete(self, key: Any, version: int | None = None) -> bool:
-        return self._run(self._delete(key, version), False)
-
-    async def adelete(self, key: Any, version: int | None = None) -> bool:
-        return await self._arun(self._delete(key, version), False)
-
     def has_key(self, key: Any, version: int | None = None) -> bool:
         return self._run(self._has_key(key, version), False)
 
@@ -430,7 +435,7 @@ class RedisCache(
     ) -> Any:
         """Add delta to a stored number and return the result. A missing key raises
         ValueError, or with ignore_key_check (django-redis') is created holding delta."""
-        return self._run(self._incr(key, delta, version, ignore_key_check))
+        return self._count(key, delta, version, ignore_key_check)
 
     async def aincr(
         self,
@@ -440,7 +445,7 @@ class RedisCache(
         *,
         ignore_key_check: bool = False,
     ) -> Any:
-        return await self._arun(self._incr(key, delta, version, ignore_key_check))
+        return await self._acount(key, delta, version, ignore_key_check)
 
     def decr(
         self,
@@ -451,7 +456,7 @@ class RedisCache(
         ignore_key_check: bool = False,
     ) -> Any:
         """Subtract delta, like incr (ignore_key_check creates a missing key at -delta)."""
-        return self._run(self._incr(key, -delta, version, ignore_key_check))
+        return self._count(key, -delta, version, ignore_key_check)
 
     async def adecr(
         self,
@@ -461,7 +466,7 @@ class RedisCache(
         *,
         ignore_key_check: bool = False,
     ) -> Any:
-        return await self._arun(self._incr(key, -delta, version, ignore_key_check))
+        return await self._acount(key, -delta, version, ignore_key_check)
 
     def incr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
         return self._run(self._incr_version(key, delta, version))
