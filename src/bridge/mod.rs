@@ -1,9 +1,13 @@
 //! tokio -> asyncio completion without taking the GIL on tokio threads.
 //!
 //! A `Bridge` belongs to one event loop. A tokio task that finishes a command stores its reply in
-//! the command's `Slot`. If the awaiting coroutine has parked on an asyncio future, the slot goes
-//! onto the bridge's queue and the loop is woken (only when the queue turns non-empty); the loop
-//! calls `Bridge.drain` and resolves the futures. How it is woken (`Wakeup`, `Bridge.wakeup`):
+//! the command's `Slot`. If the awaiting task has parked, the slot goes onto the bridge's queue
+//! and the loop is woken (only when the queue turns non-empty); the loop calls `Bridge.drain`,
+//! which wakes the tasks. A task parks on the awaitable itself: `Pending` is future-like (what
+//! asyncio's task accepts in place of a future: `_asyncio_future_blocking`, `get_loop`,
+//! `add_done_callback`, `result`, `cancel`), and the drain calls each task's wake-up directly,
+//! as the loop would call its handle: no asyncio future, no handle and no `call_soon` per
+//! command. How it is woken (`Wakeup`, `Bridge.wakeup`):
 //! an eventfd (Linux) or a self-pipe (other Unixes) that the loop watches with `add_reader`, or,
 //! for a loop without `add_reader` (Windows' proactor), `loop.call_soon_threadsafe(drain)`: the
 //! one case where a completion takes the GIL, once per batch of replies, on tokio's blocking
@@ -23,7 +27,8 @@ use std::time::Instant;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::{intern, IntoPyObjectExt, PyTraverseError};
+use pyo3::types::PyTuple;
+use pyo3::{intern, PyTraverseError};
 
 use crate::errors::Result;
 use crate::proto::Reply;
@@ -111,6 +116,11 @@ pub struct Pending {
     slot: Arc<Slot>,
     /// The outcome was handed out: awaiting again is a bug, not a wait.
     consumed: bool,
+    /// asyncio's `_asyncio_future_blocking`: None (not future-like, so `asyncio.isfuture` says
+    /// no) except while this awaitable is what its task waits on.
+    blocking: Option<bool>,
+    /// The wait was cancelled (by its task's `cancel`), with the message to raise.
+    cancelled: Option<Option<Py<PyAny>>>,
     bridge: Py<Bridge>,
     poller: Option<Arc<dyn Poller>>,
     started: Option<Instant>,
@@ -136,6 +146,8 @@ impl Pending {
         Pending {
             slot,
             consumed: false,
+            blocking: None,
+            cancelled: None,
             bridge,
             poller,
             started: None,
@@ -154,6 +166,10 @@ impl Pending {
 
     fn finish(&mut self, py: Python<'_>, outcome: Result<Reply>) -> PyErr {
         self.consumed = true;
+        self.blocking = None;
+        // No longer in flight from here, though the drain that woke this task may still hold
+        // it: the task's next command, sent before the drain lets go, is then a lone one.
+        self.bridge.get().queue.finished();
         if let Some(started) = self.started {
             let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.bridge.get().queue.record_latency(ns);
@@ -173,7 +189,9 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.bridge.get().queue.finished();
+        if !self.consumed {
+            self.bridge.get().queue.finished();
+        }
     }
 }
 
@@ -192,11 +210,15 @@ impl Pending {
     /// -> Pending) can be collected.
     fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         visit.call(&self.bridge)?;
+        if let Some(message) = &self.cancelled {
+            visit.call(message)?;
+        }
         self.slot.traverse(&visit)
     }
 
     fn __clear__(&mut self) {
         drop(self.slot.take_waker());
+        self.cancelled = None;
     }
 
     /// Say that this command was sent together with `others` (this one may be among them) by
@@ -220,37 +242,138 @@ impl Pending {
         }
     }
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        if self.consumed {
+    fn __next__(mut slf: PyRefMut<'_, Self>, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let this = &mut *slf;
+        if this.consumed {
             return Err(PyRuntimeError::new_err("this redoxide command was already awaited"));
         }
-        if let Some(outcome) = self.slot.take() {
-            return Err(self.finish(py, outcome));
+        if let Some(outcome) = this.slot.take() {
+            return Err(this.finish(py, outcome));
         }
-        let now = Instant::now();
-        let started = *self.started.get_or_insert(now);
-        let waited = u64::try_from(now.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
-        if waited < self.bridge.get().queue.spin_window_ns(self.group) {
-            for sibling in &self.siblings {
-                sibling.poll();
+        let queue = &this.bridge.get().queue;
+        // Timed only when polling may pay: with other commands in flight the window is 0.
+        let window = queue.spin_window_ns(this.group);
+        if window > 0 {
+            let now = Instant::now();
+            let started = *this.started.get_or_insert(now);
+            let waited = u64::try_from(now.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
+            if waited < window {
+                for sibling in &this.siblings {
+                    sibling.poll();
+                }
+                if let Some(poller) = &this.poller {
+                    poller.poll();
+                }
+                if let Some(outcome) = this.slot.take() {
+                    return Err(this.finish(py, outcome));
+                }
+                // A bare yield: asyncio runs this task again on the next loop iteration.
+                return Ok(py.None());
             }
-            if let Some(poller) = &self.poller {
-                poller.poll();
-            }
-            if let Some(outcome) = self.slot.take() {
-                return Err(self.finish(py, outcome));
-            }
-            // A bare yield: asyncio runs this task again on the next loop iteration.
-            return Ok(py.None());
         }
-        let bridge = self.bridge.get();
-        bridge.queue.help_drain(py);
-        let event_loop = bridge.event_loop.bind(py).call0()?;
-        let future = event_loop.call_method0(intern!(py, "create_future"))?;
-        if let Some(outcome) = self.slot.park(future.clone().unbind()) {
-            return Err(self.finish(py, outcome));
+        if queue.wakeup() == Wakeup::Threadsafe {
+            queue.help_drain(&this.bridge.get().event_loop.bind(py).call0()?);
         }
-        future.setattr(intern!(py, "_asyncio_future_blocking"), true)?;
-        future.into_py_any(py)
+        // Park: the task waits on this awaitable (see the module's doc) until the drain calls
+        // its wake-up; it then sends None and the outcome is taken above.
+        this.blocking = Some(true);
+        Ok(Py::<Pending>::from(slf).into_any())
+    }
+
+    /// asyncio's marker of a future-like object a task may wait on (see `blocking`).
+    #[getter(_asyncio_future_blocking)]
+    fn future_blocking(&self) -> Option<bool> {
+        self.blocking
+    }
+
+    #[setter(_asyncio_future_blocking)]
+    fn set_future_blocking(&mut self, value: bool) {
+        self.blocking = Some(value);
+    }
+
+    /// The event loop this awaitable belongs to (its bridge's).
+    fn get_loop(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.bridge.get().event_loop.bind(py).call0()?.unbind())
+    }
+
+    /// Call `callback(self)` (in `context`) once the outcome is here or the wait is cancelled.
+    #[pyo3(signature = (callback, *, context = None))]
+    fn add_done_callback(
+        slf: &Bound<'_, Self>,
+        callback: Py<PyAny>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let future: Py<PyAny> = slf.clone().into_any().unbind();
+        let this = slf.borrow();
+        let kept = context.as_ref().map(|c| c.clone_ref(py));
+        if this.cancelled.is_none() && this.slot.park(&future, callback.clone_ref(py), kept, py) {
+            return Ok(());
+        }
+        // Done already: called soon, as asyncio calls a done future's new callbacks.
+        let event_loop = this.bridge.get().event_loop.bind(py).call0()?;
+        slot::schedule(&event_loop, callback.bind(py), &future, context.as_ref())
+    }
+
+    /// Remove every done-callback equal to `callback`; return how many.
+    fn remove_done_callback(&self, callback: &Bound<'_, PyAny>) -> usize {
+        self.slot.unpark(callback)
+    }
+
+    /// Stop waiting: the task is woken soon and raises CancelledError here. False if the
+    /// outcome is here already (or its wake-up under way), as for a done future.
+    #[pyo3(signature = (msg = None))]
+    fn cancel(&mut self, py: Python<'_>, msg: Option<Py<PyAny>>) -> PyResult<bool> {
+        if self.cancelled.is_some() {
+            return Ok(false);
+        }
+        let Some(waker) = self.slot.take_waker() else { return Ok(false) };
+        self.cancelled = Some(msg);
+        let event_loop = self.bridge.get().event_loop.bind(py).call0()?;
+        waker.schedule(&event_loop)?;
+        Ok(true)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancelled.is_some()
+    }
+
+    fn done(&self) -> bool {
+        self.cancelled.is_some() || self.consumed || self.slot.has_outcome()
+    }
+
+    /// None once done (the outcome itself is what the await returns); CancelledError if the
+    /// wait was cancelled.
+    fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(raised) = self.raised(py)? {
+            return Err(raised);
+        }
+        Ok(py.None())
+    }
+
+    /// None once done; CancelledError if the wait was cancelled.
+    fn exception(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.result(py)
+    }
+}
+
+impl Pending {
+    /// What `result()` raises: CancelledError for a cancelled wait, InvalidStateError for one
+    /// not done.
+    fn raised(&self, py: Python<'_>) -> PyResult<Option<PyErr>> {
+        let asyncio = py.import(intern!(py, "asyncio"));
+        if let Some(message) = &self.cancelled {
+            let kind = asyncio?.getattr(intern!(py, "CancelledError"))?;
+            let args = match message {
+                Some(message) => PyTuple::new(py, [message])?,
+                None => PyTuple::empty(py),
+            };
+            return Ok(Some(PyErr::from_value(kind.call1(args)?)));
+        }
+        if !self.done() {
+            let kind = asyncio?.getattr(intern!(py, "InvalidStateError"))?;
+            return Ok(Some(PyErr::from_value(kind.call1(("Result is not ready.",))?)));
+        }
+        Ok(None)
     }
 }

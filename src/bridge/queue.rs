@@ -330,39 +330,47 @@ impl LoopQueue {
         std::mem::take(&mut *lock(&self.ready))
     }
 
-    /// On the loop's thread, while it runs anyway: resolve what is queued now rather than
-    /// when the posted drain runs (which needs the GIL handed over). Only the threadsafe
-    /// signal gains: a descriptor is read by the loop before it runs anything else.
-    pub fn help_drain(&self, py: Python<'_>) {
+    /// On the loop's thread, from inside a running task: schedule the wake-ups queued now
+    /// rather than when the posted drain runs (which needs the GIL handed over). Only the
+    /// threadsafe signal gains: a descriptor is read by the loop before it runs anything else.
+    pub fn help_drain(&self, event_loop: &Bound<'_, PyAny>) {
         if matches!(self.signal, Signal::Threadsafe(_)) && !lock(&self.ready).is_empty() {
-            // An error resolving a future (none expected: done ones are skipped) belongs to no
-            // caller of this one.
-            let _ = self.drain(py);
-        }
-    }
-
-    /// Resolve the futures of every parked task whose command has finished.
-    pub fn drain(&self, py: Python<'_>) -> PyResult<()> {
-        // Wake every parked task even if one wake-up fails (the queue is already taken).
-        let mut first_error = None;
-        for slot in self.take_ready() {
-            if let Some(future) = slot.take_waker() {
-                let future = future.bind(py);
-                // A cancelled task's future is already done and refuses the result, which is
-                // then simply dropped. Asked only after a refusal: one Python call a wake-up.
-                let woken = match future.call_method1(intern!(py, "set_result"), (py.None(),)) {
-                    Ok(_) => Ok(()),
-                    Err(refused) => match future.call_method0(intern!(py, "done")) {
-                        Ok(done) if done.is_truthy().unwrap_or(false) => Ok(()),
-                        _ => Err(refused),
-                    },
-                };
-                if let Err(err) = woken {
-                    first_error.get_or_insert(err);
+            for slot in std::mem::take(&mut *lock(&self.ready)) {
+                if let Some(waker) = slot.take_waker() {
+                    // Refused only by a closed loop, whose tasks will not run again.
+                    let _ = waker.schedule(event_loop);
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Wake every parked task whose command has finished: call its done-callbacks (asyncio's
+    /// task wake-up) here, as the loop would call their handles, without a handle each. If one
+    /// raises, the slots not yet woken go back to the queue (signalled again, so the next
+    /// drain wakes them) and the error goes to the loop, which reports it as a failing
+    /// callback's.
+    pub fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let mut ready = self.take_ready().into_iter();
+        while let Some(slot) = ready.next() {
+            if let Some(waker) = slot.take_waker() {
+                if let Err(err) = waker.wake(py) {
+                    let rest: Vec<Arc<Slot>> = ready.collect();
+                    if !rest.is_empty() {
+                        let was_empty = {
+                            let mut queued = lock(&self.ready);
+                            let was_empty = queued.is_empty();
+                            queued.splice(0..0, rest);
+                            was_empty
+                        };
+                        if was_empty {
+                            self.signal();
+                        }
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Count a command sent and not yet consumed by its awaitable.

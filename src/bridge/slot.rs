@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::PyTraverseError;
+use pyo3::types::PyDict;
+use pyo3::{intern, PyTraverseError};
 
 use crate::errors::Result;
 use crate::proto::Reply;
@@ -27,8 +28,68 @@ pub struct Slot {
 
 struct SlotState {
     outcome: Option<Result<Reply>>,
-    /// The asyncio future the awaiting task parked on, once it stopped polling.
-    waker: Option<Py<PyAny>>,
+    /// What wakes the awaiting task, once it parked (it stopped polling).
+    waker: Option<Waker>,
+}
+
+/// The done-callbacks of a parked awaitable (asyncio's task gives one: its wake-up), each
+/// called with the awaitable, in its context, when the outcome arrives or the wait is
+/// cancelled.
+pub struct Waker {
+    /// The awaitable itself (a `Pending`), the callbacks' argument.
+    pub future: Py<PyAny>,
+    /// `(callback, context)` in the order they were added.
+    pub callbacks: Vec<(Py<PyAny>, Option<Py<PyAny>>)>,
+}
+
+impl Waker {
+    /// Call every callback now, on the loop's thread, as the loop would call their handles.
+    pub fn wake(&self, py: Python<'_>) -> PyResult<()> {
+        let future = self.future.bind(py);
+        for (callback, context) in &self.callbacks {
+            match context {
+                Some(context) => {
+                    context.bind(py).call_method1(intern!(py, "run"), (callback, future))?;
+                }
+                None => {
+                    callback.bind(py).call1((future,))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Schedule every callback on `event_loop` (from inside a running task, where calling
+    /// them now would step a task within another).
+    pub fn schedule(&self, event_loop: &Bound<'_, PyAny>) -> PyResult<()> {
+        for (callback, context) in &self.callbacks {
+            schedule(event_loop, callback.bind(event_loop.py()), &self.future, context.as_ref())?;
+        }
+        Ok(())
+    }
+
+    fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
+        visit.call(&self.future)?;
+        for (callback, context) in &self.callbacks {
+            visit.call(callback)?;
+            visit.call(context)?;
+        }
+        Ok(())
+    }
+}
+
+/// `event_loop.call_soon(callback, future, context=context)`.
+pub fn schedule(
+    event_loop: &Bound<'_, PyAny>,
+    callback: &Bound<'_, PyAny>,
+    future: &Py<PyAny>,
+    context: Option<&Py<PyAny>>,
+) -> PyResult<()> {
+    let py = event_loop.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "context"), context)?;
+    event_loop.call_method(intern!(py, "call_soon"), (callback, future), Some(&kwargs))?;
+    Ok(())
 }
 
 impl Slot {
@@ -68,26 +129,60 @@ impl Slot {
         lock(&self.state).outcome.take()
     }
 
-    /// Park on `future`: `complete` will queue the slot for the loop to resolve it. If the
-    /// outcome arrived meanwhile, return it instead of parking.
-    pub fn park(&self, future: Py<PyAny>) -> Option<Result<Reply>> {
-        let mut state = lock(&self.state);
-        if let Some(outcome) = state.outcome.take() {
-            return Some(outcome);
-        }
-        state.waker = Some(future);
-        None
+    /// Whether the outcome has arrived and is not taken yet.
+    pub fn has_outcome(&self) -> bool {
+        lock(&self.state).outcome.is_some()
     }
 
-    /// The future a parked task waits on, taken (to resolve it or to let it go).
-    pub fn take_waker(&self) -> Option<Py<PyAny>> {
+    /// Add a done-callback of `future`: `complete` will queue the slot for the loop, which
+    /// calls it. False (nothing kept) if the outcome is here already: the caller schedules it.
+    pub fn park(
+        &self,
+        future: &Py<PyAny>,
+        callback: Py<PyAny>,
+        context: Option<Py<PyAny>>,
+        py: Python<'_>,
+    ) -> bool {
+        let mut state = lock(&self.state);
+        if state.outcome.is_some() {
+            return false;
+        }
+        match &mut state.waker {
+            Some(waker) => waker.callbacks.push((callback, context)),
+            None => {
+                state.waker = Some(Waker {
+                    future: future.clone_ref(py),
+                    callbacks: vec![(callback, context)],
+                });
+            }
+        }
+        true
+    }
+
+    /// Remove the done-callbacks equal to `callback`; return how many.
+    pub fn unpark(&self, callback: &Bound<'_, PyAny>) -> usize {
+        let mut state = lock(&self.state);
+        let Some(waker) = &mut state.waker else { return 0 };
+        let before = waker.callbacks.len();
+        waker.callbacks.retain(|(kept, _)| !callback.eq(kept).unwrap_or(false));
+        let removed = before - waker.callbacks.len();
+        if waker.callbacks.is_empty() {
+            state.waker = None;
+        }
+        removed
+    }
+
+    /// The parked task's wake-up, taken (to call it or to let it go).
+    pub fn take_waker(&self) -> Option<Waker> {
         lock(&self.state).waker.take()
     }
 
-    /// Show the garbage collector the parked task's future (skipped if the slot is busy).
+    /// Show the garbage collector the parked task's callbacks (skipped if the slot is busy).
     pub fn traverse(&self, visit: &PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         if let Ok(state) = self.state.try_lock() {
-            visit.call(&state.waker)?;
+            if let Some(waker) = &state.waker {
+                waker.traverse(visit)?;
+            }
         }
         Ok(())
     }
