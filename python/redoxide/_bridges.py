@@ -5,16 +5,17 @@ eventfd on Linux, a self-pipe elsewhere); a finished command queues its slot the
 drains it. A loop without a working ``add_reader`` (Windows' proactor loop raises
 ``NotImplementedError``) gets a bridge that schedules the drain with ``call_soon_threadsafe``
 instead. ``REDOXIDE_ASYNC_WAKEUP=eventfd|pipe|threadsafe`` overrides the choice (for tests).
-``bridge()`` returns the running loop's bridge, making it on first use; the last one used is
-cached per thread.
+``bridge()`` returns the running loop's bridge, making it on first use (``_bridge_of``); the
+last one used is cached per thread, in the core (``_redoxide.current_bridge``: one call on the
+request path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import threading
 import weakref
+from collections.abc import Callable
 
 from redoxide import _redoxide
 from redoxide._registry import track
@@ -27,13 +28,12 @@ class _Bridges:
         self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _redoxide.Bridge] = (
             weakref.WeakKeyDictionary()
         )
-        self.local = threading.local()
         track(self)
 
     def after_fork(self) -> None:
-        # A forked child must not share the parent's eventfds or loops.
+        # A forked child must not share the parent's eventfds or loops (the core's per-thread
+        # cache knows a forked child by itself).
         self.by_loop.clear()
-        self.local = threading.local()
 
 
 _bridges = _Bridges()
@@ -45,18 +45,17 @@ _bridges = _Bridges()
 atexit.register(_redoxide._interpreter_exits)
 
 
-def bridge() -> _redoxide.Bridge:
-    """Return the running event loop's bridge (made and registered with it on first use)."""
-    loop = asyncio.get_running_loop()
-    local = _bridges.local
-    last = getattr(local, "last", None)
-    if last is not None and last[0]() is loop:
-        return last[1]  # type: ignore[no-any-return]
+#: Return the running event loop's bridge (made and registered with it on first use).
+bridge: Callable[[], _redoxide.Bridge] = _redoxide.current_bridge
+
+
+def _bridge_of(loop: asyncio.AbstractEventLoop) -> _redoxide.Bridge:
+    """Return `loop`'s bridge, made and registered with it on first use (the core's
+    ``current_bridge`` asks here when its cache misses)."""
     found = _bridges.by_loop.get(loop)
     if found is None:
         found = _attach(loop)
         _bridges.by_loop[loop] = found
-    local.last = (weakref.ref(loop), found)  # weak: a closed loop is not kept alive
     return found
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "_flush_writes",
     "_interpreter_exits",
     "command_facts",
+    "current_bridge",
+    "decode_many",
     "fanout",
     "key_slot",
     "key_slots",
@@ -251,6 +253,14 @@ class NearCache:
 
 def _flush_writes() -> None: ...
 def _interpreter_exits() -> None: ...
+def current_bridge() -> Bridge: ...
+def decode_many(
+    keys: list[Any],
+    values: list[bytes | None],
+    loads: Callable[[bytes], Any],
+    heads: bytes,
+    decode: Callable[[bytes, Any], Any],
+) -> dict[Any, Any] | None: ...
 def lz4_compress(data: bytes, level: int = 0) -> bytes: ...
 def lz4_decompress(data: bytes, max_size: int) -> bytes: ...
 def zstd_compress(data: bytes, level: int = 3) -> bytes: ...

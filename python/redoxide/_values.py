@@ -29,6 +29,7 @@ from django.core.cache.backends.base import (
     default_key_func,
 )
 
+from redoxide import _redoxide
 from redoxide.compressors import MAX_VALUE_SIZE, decompress_any, looks_compressed
 from redoxide.exceptions import EncodingError, SerializationError
 
@@ -79,6 +80,7 @@ class ValuesMixin:
         _fast_pickle: bool
         _fast_loads: Callable[[bytes], Any]
         _fast_heads: frozenset[bytes]
+        _fast_head_bytes: bytes
         _protocol: int
         _compress: bool
         _compress_min: int
@@ -343,17 +345,12 @@ class ValuesMixin:
         return [self._encode(v, k) for v, k in zip(values, named, strict=False)]
 
     def _decode_many(self, keys: list[Any], values: list[bytes | None]) -> dict[Any, Any]:
-        heads = self._fast_heads
-        if heads:
-            loads = self._fast_loads
-            try:
-                return {
-                    k: loads(v) if v[:1] in heads else self._decode(v, k)
-                    for k, v in zip(keys, values, strict=True)
-                    if v is not None
-                }
-            except Exception:  # redone below, to name the key that failed
-                pass
+        # The loop in the core; what it leaves (an error) is redone below, naming the key.
+        decoded = _redoxide.decode_many(
+            keys, values, self._fast_loads, self._fast_head_bytes, self._decode
+        )
+        if decoded is not None:
+            return decoded
         found = {}
         for k, v in zip(keys, values, strict=True):
             if v is None:

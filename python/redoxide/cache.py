@@ -160,6 +160,7 @@ class RedisCache(
         if type(self._compressor) not in BUILTIN_COMPRESSORS:
             # Its output may start like the serializer's own: no read skips the compressor.
             self._fast_heads = frozenset()
+        self._fast_head_bytes = b"".join(sorted(self._fast_heads))
         fail_open = FailOpen(
             config.errors.ignore_exceptions,
             config.errors.ignore_exception_classes,

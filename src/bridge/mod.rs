@@ -18,6 +18,7 @@
 //! tick or two then skips the loop's sleep and wake-up entirely. The polling window adapts to the
 //! latencies this loop has seen lately, and other runnable tasks run during each tick.
 
+mod current;
 mod queue;
 mod slot;
 
@@ -40,6 +41,7 @@ pub use slot::Slot;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Bridge>()?;
     m.add_function(wrap_pyfunction!(queue::_interpreter_exits, m)?)?;
+    m.add_function(wrap_pyfunction!(current::current_bridge, m)?)?;
     m.add_class::<Pending>()?;
     Ok(())
 }
@@ -361,19 +363,20 @@ impl Pending {
     /// What `result()` raises: CancelledError for a cancelled wait, InvalidStateError for one
     /// not done.
     fn raised(&self, py: Python<'_>) -> PyResult<Option<PyErr>> {
-        let asyncio = py.import(intern!(py, "asyncio"));
+        if self.cancelled.is_none() && self.done() {
+            // The case of every wake-up: nothing to look up.
+            return Ok(None);
+        }
+        let asyncio = py.import(intern!(py, "asyncio"))?;
         if let Some(message) = &self.cancelled {
-            let kind = asyncio?.getattr(intern!(py, "CancelledError"))?;
+            let kind = asyncio.getattr(intern!(py, "CancelledError"))?;
             let args = match message {
                 Some(message) => PyTuple::new(py, [message])?,
                 None => PyTuple::empty(py),
             };
             return Ok(Some(PyErr::from_value(kind.call1(args)?)));
         }
-        if !self.done() {
-            let kind = asyncio?.getattr(intern!(py, "InvalidStateError"))?;
-            return Ok(Some(PyErr::from_value(kind.call1(("Result is not ready.",))?)));
-        }
-        Ok(None)
+        let kind = asyncio.getattr(intern!(py, "InvalidStateError"))?;
+        Ok(Some(PyErr::from_value(kind.call1(("Result is not ready.",))?)))
     }
 }

@@ -1,8 +1,9 @@
 //! The module's functions: compression, cluster hash slots, the sync fan-out, and (in a build
 //! with the `test-hooks` feature only) a panic for the tests.
 
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use redis::Pipeline;
 
 use crate::codec::{lz4, zstd};
@@ -30,6 +31,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(zstd_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(fanout, m)?)?;
     m.add_function(wrap_pyfunction!(key_slot, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_many, m)?)?;
     m.add_function(wrap_pyfunction!(key_slots, m)?)?;
     m.add_function(wrap_pyfunction!(crate::commands::command_facts, m)?)?;
     Ok(())
@@ -171,6 +173,46 @@ pub(crate) fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
 }
 
 /// The cluster hash slot of a key (str or bytes), honouring `{hash tags}`.
+/// get_many's decoding: `{key: value}` for each stored value that is not None, read by `loads`
+/// when it starts with one of `heads` (bytes only the serializer's own output starts with),
+/// else by `decode(data, key)`. None, having stored nothing, if a value is not bytes or either
+/// function raises: the caller's general path then decodes key by key and names the one that
+/// failed. (The loop the request path would otherwise run in Python, per key.)
+#[pyfunction]
+pub fn decode_many<'py>(
+    keys: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+    loads: &Bound<'py, PyAny>,
+    heads: &[u8],
+    decode: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    guard(|| {
+        let (Ok(keys), Ok(values)) = (keys.cast::<PyList>(), values.cast::<PyList>()) else {
+            return Ok(None);
+        };
+        if keys.len() != values.len() {
+            return Ok(None);
+        }
+        let found = PyDict::new(keys.py());
+        for (key, value) in keys.iter().zip(values.iter()) {
+            if value.is_none() {
+                continue;
+            }
+            let Ok(data) = value.cast::<PyBytes>() else { return Ok(None) };
+            let fast = data.as_bytes().first().is_some_and(|head| heads.contains(head));
+            let decoded = if fast { loads.call1((data,)) } else { decode.call1((data, &key)) };
+            match decoded {
+                Ok(decoded) => found.set_item(key, decoded)?,
+                // An Exception is the general path's to report; anything else (an interrupt)
+                // goes on up.
+                Err(err) if err.is_instance_of::<PyException>(keys.py()) => return Ok(None),
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(Some(found))
+    })
+}
+
 #[pyfunction]
 pub fn key_slot(key: &Bound<'_, PyAny>) -> PyResult<u16> {
     guard(|| Ok(slot(key_bytes(key)?)))
