@@ -1,5 +1,5 @@
-//! The module's functions: compression, cluster hash slots, the sync fan-out, and (in a build
-//! with the `test-hooks` feature only) a panic for the tests.
+//! The module's functions: compression, cluster hash slots, the sync fan-out, get_many's decoding
+//! loop, and (in a build with the `test-hooks` feature only) a panic for the tests.
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
