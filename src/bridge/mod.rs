@@ -112,7 +112,7 @@ pub trait Poller: Send + Sync {
     fn poll(&self);
 }
 
-/// What `await` on a command returns: polls, then parks on an asyncio future.
+/// What `await` on a command returns: polls, then parks (its task waits on it, future-like).
 #[pyclass(module = "redoxide._redoxide")]
 pub struct Pending {
     slot: Arc<Slot>,
@@ -207,9 +207,9 @@ impl Pending {
         slf
     }
 
-    /// Tell the garbage collector about the asyncio future a parked task waits on (and the
-    /// bridge), so a task abandoned on a closed loop (Pending -> future -> task -> coroutine
-    /// -> Pending) can be collected.
+    /// Tell the garbage collector about a parked task's wake-up (and the bridge), so a task
+    /// abandoned on a closed loop (Pending -> wake-up -> task -> coroutine -> Pending) can be
+    /// collected.
     fn __traverse__(&self, visit: PyVisit<'_>) -> std::result::Result<(), PyTraverseError> {
         visit.call(&self.bridge)?;
         if let Some(message) = &self.cancelled {
