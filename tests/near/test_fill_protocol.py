@@ -16,7 +16,7 @@ import redis
 from redoxide import _redoxide
 from redoxide._protocols import owner
 from redoxide.exceptions import ConnectionInterrupted, RedirectError
-from support.near import near_options, serving, stop_tracking
+from support.near import near_options, serving, stop_tracking, wait_for
 from support.servers import RedisServer
 
 
@@ -31,6 +31,19 @@ def _run(mode: str, sync: Callable[[], Any], awaited: Callable[[Any], Any]) -> A
         return await awaited(bridge())
 
     return asyncio.run(main())
+
+
+def _written(cache: Any, writer: Any, values: dict[str, bytes]) -> None:
+    """Another process's writes, each of a kept key heard back (its prefix is broadcast)
+    before this returns: an invalidation still on its way would rightly spoil a fill's token
+    taken after it (seen on a loaded host)."""
+    heard = cache.near_cache_stats()["invalidations"]
+    writer.mset(values)
+    kept = sum(1 for key in values if key.split(":", 2)[-1].startswith(("cfg:", "flags:")))
+    wait_for(
+        "the writes' invalidations",
+        lambda: cache.near_cache_stats()["invalidations"] >= heard + kept,
+    )
 
 
 def _router_cache(topology: str, request: pytest.FixtureRequest, prefix: str) -> Any:
@@ -67,7 +80,7 @@ def test_a_fill_answered_by_a_server_not_tracked_is_not_installed(
         there = redis.Redis(host="127.0.0.1", port=other.port)
         there.set(key, b"there")
         there.close()
-        writer.set(key, b"here")  # another process's write: nothing kept here yet
+        _written(cache, writer, {key: b"here"})  # another process's write: nothing kept yet
         before = cache.near_cache_stats()
 
         def fill(client: Any) -> Any:
@@ -127,8 +140,7 @@ def test_fill_keys_installs_only_what_a_tracked_server_answered(
     serving(cache)
     store = cache._client._store
     keys = [cache.make_and_validate_key(k) for k in ("cfg:a", "cfg:b", "other:c")]
-    for key in keys:
-        writer.set(key, key.encode())
+    _written(cache, writer, {key: key.encode() for key in keys})
 
     def fill(client: Any) -> Any:
         tokens = [store.lookup(k) for k in keys]
@@ -158,7 +170,7 @@ def test_fill_fanout_reports_a_failed_part_and_cancels_only_its_tokens(
     serving(cache)
     store = cache._client._store
     live, dead = (cache.make_and_validate_key(k) for k in ("cfg:live", "cfg:dead"))
-    writer.set(live, b"1")
+    _written(cache, writer, {live: b"1"})
     with RedisServer() as gone:
         url = gone.url
     nowhere = _redoxide.Client(url, connect_timeout=1.0, response_timeout=1.0)
