@@ -13,7 +13,6 @@ import asyncio
 import contextvars
 import os
 import pickle
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,21 +20,13 @@ import pytest
 from redoxide._bridges import bridge
 from support.backend import build_cache
 from support.servers import RedisServer
+from support.wakeups import ENV, MODES
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide") != "redoxide",
     reason="redoxide internals",
 )
 
-ENV = "REDOXIDE_ASYNC_WAKEUP"
-MODES = [
-    pytest.param(
-        "eventfd",
-        marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    ),
-    "pipe",
-    "threadsafe",
-]
 # Loop iterations a task may take to park (a lone command polls before it parks).
 MAX_TICKS = 100_000
 

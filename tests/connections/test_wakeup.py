@@ -23,21 +23,13 @@ from redoxide import _redoxide
 from redoxide._bridges import bridge
 from support.backend import build_cache
 from support.servers import RedisServer
+from support.wakeups import ENV, MODES
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("REDOXIDE_TEST_BACKEND", "redoxide") != "redoxide",
     reason="redoxide internals",
 )
 
-ENV = "REDOXIDE_ASYNC_WAKEUP"
-MODES = [
-    pytest.param(
-        "eventfd",
-        marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    ),
-    "pipe",
-    "threadsafe",
-]
 CALLS = 1_000
 
 
