@@ -10,9 +10,13 @@ from typing import Any
 
 from redoxide.exceptions import ConfigurationError
 
-__all__ = ["NearCacheConfig", "marker_name", "parse_near_cache"]
+__all__ = ["MAX_ADMIT_AFTER", "NearCacheConfig", "marker_name", "parse_near_cache"]
 
-_KEYS = ("PREFIXES", "MAX_BYTES", "MAX_VALUE_BYTES", "MAX_TTL", "MAX_STALE_MS")
+_KEYS = ("PREFIXES", "ADMIT_AFTER_READS", "MAX_BYTES", "MAX_VALUE_BYTES", "MAX_TTL", "MAX_STALE_MS")
+
+#: The most reads ADMIT_AFTER_READS may ask for (the sketch's counters halve as reads go by:
+#: a key must be read this often within about one window to be kept).
+MAX_ADMIT_AFTER = 64
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,10 @@ class NearCacheConfig:
     #: KEY_PREFIX and VERSION; with a custom KEY_FUNCTION, the key as stored on the server).
     #: "" keeps every key of the cache's version.
     prefixes: tuple[str, ...]
+    #: Admission by use: a key under the prefixes is kept only once it has been read this
+    #: many times lately (None: from its first read). The server then tracks only the keys
+    #: kept (OPTIN), not every key under the prefixes (BCAST).
+    admit_after: int | None = None
     #: The most the kept values (and their keys) take in each process, in bytes.
     max_bytes: int = 32 * 2**20
     #: Values larger than this once encoded are never kept.
@@ -57,14 +65,28 @@ def parse_near_cache(option: str, value: Any) -> NearCacheConfig | None:
     if value is None or value is False:
         return None
     if not isinstance(value, dict):
-        raise _fail(option, f"must be a dict with PREFIXES and limits, not {value!r}")
+        raise _fail(
+            option, f"must be a dict with PREFIXES or ADMIT_AFTER_READS and limits, not {value!r}"
+        )
     unknown = sorted(str(k) for k in value if str(k).upper() not in _KEYS)
     if unknown:
         raise _fail(option, f"has unknown keys {unknown}; known: {', '.join(_KEYS)}")
     opts = {str(k).upper(): v for k, v in value.items()}
-    if "PREFIXES" not in opts:
-        raise _fail(option, "needs PREFIXES: the key prefixes to keep in process memory")
-    kwargs: dict[str, Any] = {"prefixes": _prefixes(f"{option}.PREFIXES", opts["PREFIXES"])}
+    kwargs: dict[str, Any] = {}
+    if "ADMIT_AFTER_READS" in opts:
+        kwargs["admit_after"] = _int(
+            f"{option}.ADMIT_AFTER_READS", opts["ADMIT_AFTER_READS"], 1, MAX_ADMIT_AFTER
+        )
+    if "PREFIXES" in opts:
+        kwargs["prefixes"] = _prefixes(f"{option}.PREFIXES", opts["PREFIXES"])
+    elif "admit_after" in kwargs:
+        kwargs["prefixes"] = ("",)  # admission by use picks among all of the cache's keys
+    else:
+        raise _fail(
+            option,
+            "needs PREFIXES (the key prefixes to keep in process memory) or ADMIT_AFTER_READS "
+            "(keep the keys read that often)",
+        )
     if "MAX_BYTES" in opts:
         kwargs["max_bytes"] = _int(f"{option}.MAX_BYTES", opts["MAX_BYTES"], 4096, 2**40)
     if "MAX_VALUE_BYTES" in opts:

@@ -129,6 +129,7 @@ class NearClient(Topology):
             max_ttl=s.max_ttl,
             max_stale=s.max_stale_ms / 1000,
             marker=marker,
+            admit_after=s.admit_after,
         )
 
     def after_fork(self) -> None:

@@ -13,14 +13,16 @@ use crate::bridge::Bridge;
 use crate::errors::guard;
 use crate::near::fill::{self, FillKey};
 use crate::near::ready::Ready;
+use crate::near::sketch::Sketch;
 use crate::near::store::{Flush, Got, Limits, Store, Token};
-use crate::near::tracking::{Near, Source};
+use crate::near::tracking::{Admission, Near, Source};
 use crate::near::write;
 use crate::proto::reply;
 use crate::proto::Request;
 use crate::py::client::Client;
 
 mod forget;
+mod stats;
 
 /// Add the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -104,11 +106,24 @@ impl NearCache {
         }
         near.start()?;
         let serve = near.gate();
+        let by_use = near.admission();
         let mut hit = None;
-        let mut got = near.store.lookup(key, serve, may_wait, |v| hit = Some(PyBytes::new(py, v)));
+        let store = &near.store;
+        let mut got = store
+            .lookup_as(key, serve, may_wait, by_use.is_some(), |v| hit = Some(PyBytes::new(py, v)));
         if got == Got::Busy {
-            py.detach(|| near.store.wait_for_fill(key, FILL_WAIT));
-            got = near.store.lookup(key, near.gate(), false, |v| hit = Some(PyBytes::new(py, v)));
+            py.detach(|| store.wait_for_fill(key, FILL_WAIT));
+            got = store.lookup_as(key, near.gate(), false, by_use.is_some(), |v| {
+                hit = Some(PyBytes::new(py, v))
+            });
+        }
+        if let (Got::Unknown, Some(admission)) = (&got, by_use) {
+            // Not kept: counted as read, and kept from the read that makes it frequent.
+            if admission.sketch.record(key) >= admission.after {
+                got = Got::Miss(store.admit(key));
+            } else {
+                store.stats.not_admitted.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(match (hit, got) {
             (Some(value), _) => Found::Hit(value),
@@ -166,7 +181,12 @@ impl NearCache {
     /// the tracking connections answered within `max_stale` seconds. `marker` names the key
     /// each tracking connection keeps to see a SWAPDB (None: `redoxide:near:<random>`).
     #[new]
-    #[pyo3(signature = (prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale, marker=None))]
+    /// With `admit_after` (admission by use), a key under the prefixes is kept only from the
+    /// read that makes it read that many times lately, and tracked only then (OPTIN).
+    #[pyo3(signature = (
+        prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale, marker=None, admit_after=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         prefixes: Vec<Vec<u8>>,
         max_bytes: usize,
@@ -174,7 +194,11 @@ impl NearCache {
         max_ttl: f64,
         max_stale: f64,
         marker: Option<String>,
+        admit_after: Option<u8>,
     ) -> PyResult<Self> {
+        if admit_after == Some(0) {
+            return Err(PyValueError::new_err("admit_after must be at least 1 read"));
+        }
         if marker.as_deref() == Some("") {
             return Err(PyValueError::new_err("the database marker needs a name"));
         }
@@ -188,8 +212,10 @@ impl NearCache {
                 .unwrap_or(u64::MAX),
         };
         let prefixes = prefixes.into_iter().map(Vec::into_boxed_slice).collect();
-        let near =
-            Near::new(Store::new(limits), prefixes, Duration::from_secs_f64(max_stale), marker);
+        let admission =
+            admit_after.map(|after| Admission { after, sketch: Sketch::for_bytes(max_bytes) });
+        let max_stale = Duration::from_secs_f64(max_stale);
+        let near = Near::new(Store::new(limits), prefixes, max_stale, marker, admission);
         Ok(NearCache { near: Arc::new(near) })
     }
 
@@ -294,7 +320,7 @@ impl NearCache {
                 }
                 return Err(err);
             }
-            fill::fill_fanout(py, &self.near, &keyed)
+            fill::fill_fanout(py, &self.near, keyed)
         })
     }
 
@@ -492,41 +518,8 @@ impl NearCache {
         Ok(())
     }
 
-    /// Counters and sizes, as a plain dict.
+    /// Counters and sizes, as a plain dict (`py/stats.rs`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = &self.near.store.stats;
-        let out = PyDict::new(py);
-        let counters = [
-            ("hits", &s.hits),
-            ("misses", &s.misses),
-            ("installs", &s.installs),
-            ("own_writes_kept", &s.own_writes_kept),
-            ("fill_waits", &s.fill_waits),
-            ("fills_dropped", &s.fills_dropped),
-            ("too_large", &s.too_large),
-            ("invalidations", &s.invalidations),
-            ("evictions", &s.evictions),
-            ("expired", &s.expired),
-            ("gate_trips", &s.gate_trips),
-            ("gate_refusals", &s.gate_refusals),
-            ("refreshes", &s.refreshes),
-        ];
-        for (name, counter) in counters {
-            out.set_item(name, counter.load(Ordering::Relaxed))?;
-        }
-        let flushes = PyDict::new(py);
-        for (i, (_, name)) in Flush::ALL.iter().enumerate() {
-            flushes.set_item(*name, s.flushes[i].load(Ordering::Relaxed))?;
-        }
-        out.set_item("flushes", flushes)?;
-        let (bytes, entries, pending, epoch) = self.near.store.size();
-        out.set_item("bytes", bytes)?;
-        out.set_item("entries", entries)?;
-        out.set_item("fills_in_flight", pending)?;
-        out.set_item("epoch", epoch)?;
-        out.set_item("serving", self.near.serving())?;
-        out.set_item("enabled", self.near.enabled())?;
-        out.set_item("swapdb_watched", self.near.swapdb_watched())?;
-        Ok(out)
+        self.stats_dict(py)
     }
 }

@@ -95,6 +95,9 @@ pub enum Got {
     Miss(Token),
     /// Nothing servable, and another caller's fill of the key is in flight: wait for it.
     Busy,
+    /// Not kept, nothing registered: whether it is kept now is for admission by use to say
+    /// (`Store::admit`).
+    Unknown,
 }
 
 /// A fill's claim: installable while the key's token and the epoch are still these.
@@ -143,10 +146,26 @@ impl Store {
     /// The value of `key` copied out (and marked most recently used) when `serve` allows a
     /// hit and it has not expired; otherwise register a fill and return its token, or, when
     /// `may_wait` and another fill of the key is in flight, register nothing (`Busy`).
+    #[cfg(test)]
     pub fn lookup(&self, key: &[u8], serve: bool, may_wait: bool, copy: impl FnOnce(&[u8])) -> Got {
+        self.lookup_as(key, serve, may_wait, false, copy)
+    }
+
+    /// `lookup`; with `by_use` (admission by use), a key that is not kept, being filled,
+    /// written or waiting for a refresh registers nothing and is `Unknown`.
+    pub fn lookup_as(
+        &self,
+        key: &[u8],
+        serve: bool,
+        may_wait: bool,
+        by_use: bool,
+        copy: impl FnOnce(&[u8]),
+    ) -> Got {
         let now = now_ns();
         let mut inner = self.lock();
+        let mut known = false;
         if let Some(&idx) = inner.map.get(key) {
+            known = true;
             if inner.nodes[idx].expires_ns <= now {
                 inner.remove(idx);
                 self.stats.expired.fetch_add(1, Ordering::Relaxed);
@@ -175,7 +194,21 @@ impl Store {
             // now may return the value before it, so it must install nothing.
             return Got::Miss(Token(0));
         }
+        if by_use && !known && !inner.pending.contains_key(key) && !inner.refresh.contains_key(key)
+        {
+            return Got::Unknown;
+        }
         Got::Miss(inner.register(key, now))
+    }
+
+    /// Register a fill of a key a lookup found `Unknown` and admission by use admitted.
+    pub fn admit(&self, key: &[u8]) -> Token {
+        let mut inner = self.lock();
+        self.stats.admitted.fetch_add(1, Ordering::Relaxed);
+        if inner.writing.contains_key(key) {
+            return Token(0); // as in `lookup`: an own write of it is in flight
+        }
+        inner.register(key, now_ns())
     }
 
     /// Wait (at most `limit`, without the GIL) until no fill of `key` is in flight.
@@ -275,13 +308,23 @@ impl Store {
     }
 
     /// Drop keys named by the server's invalidation message.
+    #[cfg(test)]
     pub fn invalidate_from_server<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
+        self.invalidate_heard(keys, false);
+    }
+
+    /// `invalidate_from_server`; with `ordered`, the fills in flight are spared: every fill
+    /// goes through the tracking connection that read this message (admission by use), so
+    /// one whose reply is still to come reads the server after the write it names.
+    pub fn invalidate_heard<'a>(&self, keys: impl Iterator<Item = &'a [u8]>, ordered: bool) {
         let mut inner = self.lock();
         for key in keys {
             self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
             // (Not a claim of an own write in flight: read in order with its answer, it is
             // of a write applied before it, or else drops what the answer installed.)
-            inner.pending.remove(key);
+            if !ordered {
+                inner.pending.remove(key);
+            }
             if let Some(&idx) = inner.map.get(key) {
                 let heat = inner.nodes[idx].heat;
                 if heat > 0 && inner.refresh.len() < MAX_REFRESH {
@@ -519,6 +562,7 @@ mod tests {
             Got::Hit => Ok(out),
             Got::Miss(token) => Err(token),
             Got::Busy => panic!("busy without waiting"),
+            Got::Unknown => panic!("unknown without admission by use"),
         }
     }
 
@@ -637,6 +681,42 @@ mod tests {
         // A write that did not apply, or failed: what was kept before it may be stale now.
         s.end_write(b"b", false);
         assert!(get(&s, b"b").is_err());
+    }
+
+    #[test]
+    fn by_use_a_key_not_kept_registers_nothing_until_admitted() {
+        let s = store(10_000);
+        assert_eq!(s.lookup_as(b"k", true, false, true, |_| {}), Got::Unknown);
+        assert_eq!(s.size().2, 0);
+        let token = s.admit(b"k");
+        // A second caller while the fill is in flight shares it (admitted already).
+        assert_eq!(s.lookup_as(b"k", true, false, true, |_| {}), Got::Miss(token));
+        assert!(s.install(b"k", token, b"v", -1));
+        let mut out = Vec::new();
+        assert_eq!(s.lookup_as(b"k", true, false, true, |v| out = v.to_vec()), Got::Hit);
+        assert_eq!(out, b"v");
+        // Kept but not servable (the gate shut), or waiting for a refresh: filled again.
+        assert!(matches!(s.lookup_as(b"k", false, false, true, |_| {}), Got::Miss(_)));
+        kept(&s, &[b"r"], &[b"r"]);
+        s.invalidate_from_server([&b"r"[..]].into_iter());
+        assert!(matches!(s.lookup_as(b"r", true, false, true, |_| {}), Got::Miss(_)));
+        assert_eq!(s.stats.admitted.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn an_invalidation_read_before_an_ordered_fills_reply_spares_it() {
+        // Admission by use: the fill and the invalidations come on one connection; one read
+        // before the fill's reply is of a write the fill read after. One read after it drops
+        // what was installed, and a local write (its order unknown) still spoils the fill.
+        let s = store(10_000);
+        let token = s.admit(b"k");
+        s.invalidate_heard([&b"k"[..]].into_iter(), true);
+        assert!(s.install(b"k", token, b"new", -1));
+        s.invalidate_heard([&b"k"[..]].into_iter(), true);
+        assert!(get(&s, b"k").is_err());
+        let token = s.admit(b"k");
+        s.invalidate(b"k");
+        assert!(!s.install(b"k", token, b"old", -1));
     }
 
     #[test]

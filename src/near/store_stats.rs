@@ -65,5 +65,9 @@ pub struct Stats {
     /// Keys read along with another fill because the server invalidated them while they were
     /// being hit (one round trip for them all).
     pub refreshes: AtomicU64,
+    /// Admission by use: misses of keys read often enough to be kept from then on (a fill
+    /// registered), and of keys not (yet): read from the server, nothing kept or tracked.
+    pub admitted: AtomicU64,
+    pub not_admitted: AtomicU64,
     pub flushes: [AtomicU64; 7],
 }

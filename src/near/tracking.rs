@@ -11,6 +11,7 @@
 //! PING of every tracked server. A (re)connection flushes the store once tracking is on, and
 //! only then opens the gate; a lost connection shuts it and flushes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
@@ -20,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::errors::Result;
 use crate::near::fill::FillKey;
+use crate::near::sketch::Sketch;
 use crate::near::store::{now_ns, Flush, Store};
 use crate::runtime;
 use crate::transport::{Endpoint, PushSink, Pushed};
@@ -103,6 +105,23 @@ pub struct Near {
     /// Every kept key lives on each tracked server's primary (one server, replicas, Sentinel;
     /// not a cluster): a fill may carry keys to refresh (`fill::with_refresh`).
     one_primary: AtomicBool,
+    /// Admission by use (None: every key under the prefixes is kept, BCAST tracking).
+    admission: Option<Admission>,
+    /// The tracking connections up and tracking, by server address, with their set: with
+    /// admission by use, fills go through them (`conn_to`).
+    live: Mutex<HashMap<Arc<str>, Live>>,
+}
+
+/// A live tracking connection: the set it belongs to, and the connection.
+type Live = (u64, Weak<Pushed>);
+
+/// Admission by use: a key is kept once it was read `after` times lately (by `sketch`). The
+/// tracking connections then track with OPTIN, not BCAST: the server tracks only the keys
+/// they read after `CLIENT CACHING YES`, the kept ones, so fills go through them
+/// (`fill.rs`), and keys no one reads twice cost the server nothing.
+pub struct Admission {
+    pub after: u8,
+    pub sketch: Sketch,
 }
 
 /// A tracking connection that carries writes.
@@ -155,6 +174,7 @@ impl Near {
         prefixes: Vec<Box<[u8]>>,
         max_stale: Duration,
         marker: Option<String>,
+        admission: Option<Admission>,
     ) -> Self {
         Near {
             store,
@@ -174,6 +194,41 @@ impl Near {
             answers: Mutex::new(Answers { set_id: 0, sent: Vec::new() }),
             writer: Mutex::new(None),
             one_primary: AtomicBool::new(false),
+            admission,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Admission by use, if that is how keys are kept.
+    #[inline]
+    pub fn admission(&self) -> Option<&Admission> {
+        self.admission.as_ref()
+    }
+
+    /// Whether fills go through the tracking connections (admission by use: OPTIN tracking).
+    #[inline]
+    pub fn optin(&self) -> bool {
+        self.admission.is_some()
+    }
+
+    /// The live tracking connection to the server at `addr`, if it is tracked and tracking.
+    pub fn conn_to(&self, addr: &str) -> Option<Arc<Pushed>> {
+        let live = locked(&self.live);
+        live.get(addr).and_then(|(_, conn)| conn.upgrade())
+    }
+
+    /// Record (or with None forget) set `set_id`'s tracking connection to `addr` as live.
+    fn set_live(&self, set_id: u64, addr: &Arc<str>, conn: Option<&Arc<Pushed>>) {
+        let mut live = locked(&self.live);
+        match conn {
+            Some(conn) => {
+                live.insert(Arc::clone(addr), (set_id, Arc::downgrade(conn)));
+            }
+            None => {
+                if live.get(addr).is_some_and(|(id, _)| *id == set_id) {
+                    live.remove(addr);
+                }
+            }
         }
     }
 
@@ -181,7 +236,10 @@ impl Near {
     /// answering (the gate open); None otherwise (the write goes the usual way, and its
     /// echo drops the key here).
     pub fn writer(&self) -> Option<Writer> {
-        if !self.serving() {
+        // With OPTIN tracking a write on the tracking connection (NOLOOP) would end the
+        // server's tracking of the key unnoticed, and the value kept would go stale: own
+        // writes go the usual way, and the server's invalidation refreshes a key in use.
+        if !self.serving() || self.optin() {
             return None;
         }
         locked(&self.writer).clone()
@@ -435,7 +493,9 @@ impl Near {
                         _ => None,
                     })
                     .collect();
-                self.store.invalidate_from_server(keys.iter().copied());
+                // With admission by use every fill is read on a tracking connection, in
+                // order with its invalidations: one still in flight read after this write.
+                self.store.invalidate_heard(keys.iter().copied(), self.optin());
                 let refresh =
                     self.store.take_refresh_of(keys.into_iter(), REFRESH_NOW, self.one_primary());
                 refresh.into_iter().map(|(key, token)| (key, Some(token))).collect()

@@ -67,6 +67,12 @@ def test_defaults_and_given_limits() -> None:
         ({"PREFIXES": ["a"], "MAX_STALE_MS": 1}, "NEAR_CACHE.MAX_STALE_MS"),
         ({"PREFIXES": ["a"], "MAX_STALE_MS": 0.5}, "NEAR_CACHE.MAX_STALE_MS"),
         ({"PREFIXES": ["a"], "MAX_SIZE": 1}, "NEAR_CACHE"),
+        ({"ADMIT_AFTER_READS": 0}, "NEAR_CACHE.ADMIT_AFTER_READS"),
+        ({"ADMIT_AFTER_READS": 65}, "NEAR_CACHE.ADMIT_AFTER_READS"),
+        ({"ADMIT_AFTER_READS": True}, "NEAR_CACHE.ADMIT_AFTER_READS"),
+        ({"ADMIT_AFTER_READS": "3"}, "NEAR_CACHE.ADMIT_AFTER_READS"),
+        ({"ADMIT_AFTER_READS": 2, "PREFIXES": []}, "NEAR_CACHE.PREFIXES"),
+        ({"MAX_BYTES": 2**20}, "NEAR_CACHE"),
     ],
 )
 def test_invalid_settings_name_the_option(value: Any, named: str) -> None:
@@ -80,3 +86,17 @@ def test_prefixes_apply_after_key_prefix_and_version() -> None:
     assert tracked_prefixes(near, "site", 3, True) == ("site:3:config:",)
     # A custom KEY_FUNCTION: the prefixes are matched against the server key as stored.
     assert tracked_prefixes(near, "site", 3, False) == ("config:",)
+
+
+def test_admission_by_use_keeps_every_key_unless_prefixes_narrow_it() -> None:
+    near = parse_config(URL, {"NEAR_CACHE": {"ADMIT_AFTER_READS": 3}}).near_cache
+    assert near is not None
+    assert (near.admit_after, near.prefixes) == (3, ("",))
+    assert tracked_prefixes(near, "site", 1, True) == ("site:1:",)
+    narrowed = {"ADMIT_AFTER_READS": 1, "PREFIXES": ["page:"]}
+    near = parse_config(URL, {"NEAR_CACHE": narrowed}).near_cache
+    assert near is not None
+    assert (near.admit_after, near.prefixes) == (1, ("page:",))
+    # Without it, every key under the prefixes is kept from its first read.
+    near = parse_config(URL, {"NEAR_CACHE": {"PREFIXES": ["a:"]}}).near_cache
+    assert near is not None and near.admit_after is None

@@ -118,3 +118,45 @@ def test_a_write_through_the_read_client_drops_the_kept_key(
     finally:
         stop_tracking(near)
         plain.delete("cfg:r")
+
+
+@pytest.mark.parametrize("topology", ["cluster", "sentinel", "replicas"])
+def test_admission_by_use_on_every_topology(
+    topology: str, request: pytest.FixtureRequest, mode: str
+) -> None:
+    # ADMIT_AFTER_READS: keys are kept from their second read, filled through the tracking
+    # connection of the primary that owns them (OPTIN: that read is what the server tracks),
+    # and another client's writes are heard there, again and again (each refresh tracks the
+    # key anew). MAX_STALE_MS of a minute: no hit turns into a miss on a loaded host.
+    near, plain = _pair(topology, request, ADMIT_AFTER_READS=2, MAX_STALE_MS=60_000)
+    try:
+        ops = Ops(near, mode)
+        keys = [f"cfg:u{i}" for i in range(20)]  # spread over the cluster's slots
+        plain.set_many(dict.fromkeys(keys, 1))
+        serving(near)
+        first = near.near_cache_stats()
+        assert ops.get_many(keys) == dict.fromkeys(keys, 1)
+        second = near.near_cache_stats()
+        assert second["not_admitted"] - first["not_admitted"] == len(keys), second
+        assert second["installs"] == first["installs"]
+        assert ops.get_many(keys) == dict.fromkeys(keys, 1)
+        third = near.near_cache_stats()
+        assert third["admitted"] - second["admitted"] == len(keys), third
+        assert third["installs"] - second["installs"] == len(keys), third
+        assert [ops.get(k) for k in keys] == [1] * len(keys)
+        assert near.near_cache_stats()["hits"] - third["hits"] == len(keys)
+        for n in (2, 3):
+            before = near.near_cache_stats()
+            plain.set_many(dict.fromkeys(keys, n))
+            wait_for(
+                f"write {n} to be heard and the keys refreshed",
+                lambda before=before: (
+                    near.near_cache_stats()["installs"] >= before["installs"] + len(keys)
+                ),
+            )
+            assert [ops.get(k) for k in keys] == [n] * len(keys)
+            after = near.near_cache_stats()
+            assert after["hits"] - before["hits"] == len(keys), (before, after)
+        plain.delete_many(keys)
+    finally:
+        stop_tracking(near)

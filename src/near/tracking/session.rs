@@ -62,6 +62,7 @@ pub(super) async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id
         };
         let outcome = session(&near, &conn, &source, idx, set_id).await;
         near.set_writer(set_id, None);
+        near.set_live(set_id, &source.addr, None);
         conn.close();
         drop(conn);
         let connected = match outcome {
@@ -105,9 +106,16 @@ async fn session(
     let mut stamp = near.stamp();
     let setup = async {
         let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("TRACKING").arg("ON").arg("BCAST");
-        for prefix in &near.prefixes {
-            cmd.arg("PREFIX").arg(&prefix[..]);
+        cmd.arg("TRACKING").arg("ON");
+        if near.optin() {
+            // Admission by use: only the keys this connection reads after CLIENT CACHING YES
+            // (the kept ones, filled through it) are tracked.
+            cmd.arg("OPTIN");
+        } else {
+            cmd.arg("BCAST");
+            for prefix in &near.prefixes {
+                cmd.arg("PREFIX").arg(&prefix[..]);
+            }
         }
         // Writes sent on this connection (see `Near::writer`) are not echoed back to it.
         cmd.arg("NOLOOP");
@@ -146,6 +154,7 @@ async fn session(
     // invalidation.
     near.store.flush(Flush::Connect);
     near.set_writer(set_id, Some(Writer { set_id, conn: Arc::clone(conn) }));
+    near.set_live(set_id, &source.addr, Some(conn));
     let every = Duration::from_nanos((near.max_stale_ns / 4).max(1_000_000));
     // A PING not answered within the response timeout (or the gate's own bound, if longer)
     // means the connection is stuck: it is dropped, as the gate already is.

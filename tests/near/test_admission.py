@@ -1,0 +1,123 @@
+"""Admission by use (NEAR_CACHE's ADMIT_AFTER_READS): a key is kept only from the read that
+makes it read often enough, and only then does the server track it (OPTIN tracking: the
+fills go through the tracking connection, after CLIENT CACHING YES). Keys read less often
+are read from the server every time and cost it nothing; kept keys stay coherent, also after
+a refresh (which must track the key again) and after this process' own writes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from support.dispatch import Ops
+from support.near import serving, wait_for
+from support.servers import RedisServer
+
+AFTER = 3
+#: A minute: the gate cannot shut on a loaded host and turn a hit into a miss.
+OPTIONS = {"ADMIT_AFTER_READS": AFTER, "MAX_STALE_MS": 60_000}
+
+
+def tracked_keys(server: RedisServer) -> int:
+    """How many keys the server tracks for its clients (OPTIN: only those read after CLIENT
+    CACHING YES; BCAST tracks prefixes, not keys)."""
+    return int(server.info("stats")["tracking_total_keys"])
+
+
+def _counts(cache: Any) -> tuple[int, int, int, int]:
+    s = cache.near_cache_stats()
+    return s["hits"], s["installs"], s["admitted"], s["not_admitted"]
+
+
+def test_a_key_is_kept_from_the_read_that_makes_it_frequent(
+    make_near: Callable[..., Any], near_server: RedisServer, mode: str
+) -> None:
+    cache = make_near(near=OPTIONS)
+    ops = Ops(cache, mode)
+    serving(cache)
+    cache.set_many({"page:a": "A", "page:b": "B"})
+    base = _counts(cache)
+    assert cache.near_cache_stats()["admit_after"] == AFTER
+    assert int(near_server.info("stats")["tracking_total_prefixes"]) == 0
+    for n in range(1, AFTER):
+        assert ops.get("page:a") == "A"
+        assert _counts(cache) == (base[0], base[1], base[2], base[3] + n)
+    assert tracked_keys(near_server) == 0
+    assert ops.get("page:a") == "A"  # the third read: admitted, filled and kept
+    assert _counts(cache) == (base[0], base[1] + 1, base[2] + 1, base[3] + AFTER - 1)
+    assert tracked_keys(near_server) == 1
+    assert ops.get("page:a") == "A"
+    assert _counts(cache)[0] == base[0] + 1  # a hit
+    # A key read once is read from the server and not tracked.
+    assert ops.get("page:b") == "B"
+    assert tracked_keys(near_server) == 1
+
+
+def test_kept_keys_stay_coherent_through_refreshes(
+    make_near: Callable[..., Any], near_server: RedisServer, writer: Any, mode: str
+) -> None:
+    cache = make_near(near=OPTIONS)
+    ops = Ops(cache, mode)
+    serving(cache)
+    key = "page:hot"
+    server_key = str(cache.make_and_validate_key(key))
+    cache.set(key, 0)
+    for _ in range(AFTER + 1):
+        assert ops.get(key) == 0
+    # Another client's writes, one after another: each is heard (the key in use is read
+    # again at once on the tracking connection, and must be tracked again by that read, or
+    # the next write would go unheard and the copy kept would be stale).
+    for n in range(1, 4):
+        before = cache.near_cache_stats()
+        writer.set(server_key, n)
+        wait_for(
+            f"write {n} to be heard and the key refreshed",
+            lambda before=before: cache.near_cache_stats()["installs"] > before["installs"],
+        )
+        assert ops.get(key) == n
+        after = cache.near_cache_stats()
+        assert after["refreshes"] > before["refreshes"]
+        assert after["hits"] == before["hits"] + 1, (before, after)
+
+
+def test_own_writes_are_read_back_and_keys_read_again_are_kept_again(
+    make_near: Callable[..., Any], near_server: RedisServer, mode: str
+) -> None:
+    cache = make_near(near=OPTIONS)
+    ops = Ops(cache, mode)
+    serving(cache)
+    cache.set("page:mine", "old")
+    for _ in range(AFTER + 1):
+        assert ops.get("page:mine") == "old"
+    ops.set("page:mine", "new")
+    assert ops.get("page:mine") == "new"
+    ops.delete("page:mine")
+    assert ops.get("page:mine") is None
+    ops.set("page:mine", "newer")
+    # Still frequent: read once more, it is filled and kept at once.
+    assert ops.get("page:mine") == "newer"
+    hits = cache.near_cache_stats()["hits"]
+    assert ops.get("page:mine") == "newer"
+    assert cache.near_cache_stats()["hits"] == hits + 1
+
+
+def test_get_many_keeps_only_the_keys_read_often_enough(
+    make_near: Callable[..., Any], near_server: RedisServer, writer: Any, mode: str
+) -> None:
+    cache = make_near(near=OPTIONS)
+    ops = Ops(cache, mode)
+    serving(cache)
+    hot = [f"page:h{i}" for i in range(5)]
+    cold = [f"page:c{i}" for i in range(5)]
+    cache.set_many({k: k for k in hot + cold})
+    for _ in range(AFTER - 1):
+        assert ops.get_many(hot) == {k: k for k in hot}
+    assert tracked_keys(near_server) == 0
+    # The hot keys' third read and the cold keys' first, in one call.
+    assert ops.get_many(hot + cold) == {k: k for k in hot + cold}
+    assert tracked_keys(near_server) == len(hot)
+    hits = cache.near_cache_stats()["hits"]
+    assert ops.get_many(hot + cold) == {k: k for k in hot + cold}
+    assert cache.near_cache_stats()["hits"] == hits + len(hot)
+    writer.set(str(cache.make_and_validate_key(hot[0])), 7)
+    wait_for("the write to be heard", lambda: ops.get_many(hot[:1]) == {hot[0]: 7})
