@@ -498,7 +498,7 @@ impl NearCache {
                 let key = key?;
                 if let Some(bytes) = key_bytes(&key) {
                     if self.near.tracks(bytes) {
-                        self.near.store.invalidate(bytes);
+                        self.near.forget(bytes);
                         any = true;
                     }
                 }

@@ -9,6 +9,10 @@
 //! among `width` others is taken for a frequent one only when it collides in every row, which
 //! at one read per counter on average is well under one in a hundred.
 //!
+//! A key written (by this process, or by another one as the server tells) while it was not
+//! in use is reset (`reset`): a key written about as often as it is read would be filled and
+//! dropped again and again, and is better read from the server.
+//!
 //! Counters are relaxed atomics: concurrent reads of one key may count once, and a halving
 //! racing a count may lose it; an estimate is all admission needs. Nothing here takes a lock.
 
@@ -80,6 +84,20 @@ impl Sketch {
         seen.saturating_add(1)
     }
 
+    /// Forget the reads of `key` counted so far (what it adds to its counters, at most):
+    /// it was written, or invalidated, before it was of use.
+    pub fn reset(&self, key: &[u8]) {
+        let slots = self.slots(key);
+        let seen = slots.iter().map(|&s| self.counters[s].load(Ordering::Relaxed)).min();
+        let seen = seen.unwrap_or(0);
+        if seen > 0 {
+            for &s in &slots {
+                let c = &self.counters[s];
+                c.store(c.load(Ordering::Relaxed).saturating_sub(seen), Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Estimated reads of `key` (for tests).
     #[cfg(test)]
     fn estimate(&self, key: &[u8]) -> u8 {
@@ -119,6 +137,18 @@ mod tests {
         let twice = (0..1000).filter(|i| s.record(format!("cold:{i}").as_bytes()) >= 2).count();
         assert!(twice < 10, "{twice} of 1,000 keys read once looked read twice");
         assert!(s.estimate(b"hot") >= 5);
+    }
+
+    #[test]
+    fn a_reset_forgets_a_keys_reads_only() {
+        let s = Sketch::for_bytes(0);
+        for _ in 0..3 {
+            s.record(b"written");
+            s.record(b"read");
+        }
+        s.reset(b"written");
+        assert_eq!((s.estimate(b"written"), s.estimate(b"read")), (0, 3));
+        assert_eq!(s.record(b"written"), 1);
     }
 
     #[test]

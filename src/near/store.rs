@@ -35,6 +35,7 @@ const READ: u8 = 1;
 
 pub use super::store_stats::{Flush, Stats};
 
+mod heard;
 mod writes;
 use writes::Writing;
 
@@ -294,98 +295,32 @@ impl Store {
     }
 
     /// Drop `key` and kill its fill in flight; return whether anything was there.
-    pub fn invalidate(&self, key: &[u8]) -> bool {
-        let mut inner = self.lock();
-        let pending = inner.pending.remove(key).is_some() | inner.poison_write(key);
-        self.wake(&inner);
-        match inner.map.get(key) {
-            Some(&idx) => {
-                inner.remove(idx);
-                true
-            }
-            None => pending,
-        }
-    }
-
-    /// Drop keys named by the server's invalidation message.
     #[cfg(test)]
-    pub fn invalidate_from_server<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
-        self.invalidate_heard(keys, false);
+    pub fn invalidate(&self, key: &[u8]) -> bool {
+        self.invalidate_in_use(key, false).0
     }
 
-    /// `invalidate_from_server`; with `ordered`, the fills in flight are spared: every fill
-    /// goes through the tracking connection that read this message (admission by use), so
-    /// one whose reply is still to come reads the server after the write it names.
-    pub fn invalidate_heard<'a>(&self, keys: impl Iterator<Item = &'a [u8]>, ordered: bool) {
+    /// `invalidate`, and whether the key is in use: its copy was served since it was filled,
+    /// or it waits for a refresh. With `remember`, a copy with some heat waits for one (the
+    /// server's invalidation of this write brings it back, as another client's would).
+    pub fn invalidate_in_use(&self, key: &[u8], remember: bool) -> (bool, bool) {
         let mut inner = self.lock();
-        for key in keys {
-            self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
-            // (Not a claim of an own write in flight: read in order with its answer, it is
-            // of a write applied before it, or else drops what the answer installed.)
-            if !ordered {
-                inner.pending.remove(key);
-            }
-            if let Some(&idx) = inner.map.get(key) {
-                let heat = inner.nodes[idx].heat;
-                if heat > 0 && inner.refresh.len() < MAX_REFRESH {
-                    inner.refresh.insert(key.into(), heat);
-                }
-                inner.remove(idx);
-            }
-        }
+        let filling = inner.pending.remove(key).map(|(.., heat)| heat);
+        let pending = filling.is_some() | inner.poison_write(key);
         self.wake(&inner);
-    }
-
-    /// Keys to read with a fill that goes to the server anyway: up to `limit` of those the
-    /// server invalidated while they were being hit, each registered for a fill under its own
-    /// token (as a lookup's miss would), unless it is kept again, being filled or written.
-    pub fn take_refresh(&self, limit: usize) -> Vec<(Box<[u8]>, Token)> {
-        let mut inner = self.lock();
-        if inner.refresh.is_empty() {
-            return Vec::new();
-        }
-        let now = now_ns();
-        let keys: Vec<Box<[u8]>> = inner.refresh.keys().take(limit).cloned().collect();
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Some(token) = inner.take_for_refresh(&key, now) {
-                out.push((key, token));
+        // A copy with some heat, or a fill (a refresh) it kills, and its heat.
+        let (found, heat) = match inner.map.get(key) {
+            Some(&idx) => {
+                let heat = inner.nodes[idx].heat;
+                inner.remove(idx);
+                (true, heat)
             }
+            None => (pending, filling.unwrap_or(0)),
+        };
+        if remember && heat > 0 && inner.refresh.len() < MAX_REFRESH {
+            inner.refresh.entry(key.into()).or_insert(heat);
         }
-        self.stats.refreshes.fetch_add(out.len() as u64, Ordering::Relaxed);
-        out
-    }
-
-    /// `take_refresh` of these keys only (those of one invalidation, read from one node's
-    /// tracking connection): up to `limit` of them that were in use, registered for a fill.
-    /// The rest wait for a later fill to ride along with if `keep_rest` (every key on one
-    /// primary), else are forgotten (nothing would take them).
-    pub fn take_refresh_of<'a>(
-        &self,
-        keys: impl Iterator<Item = &'a [u8]>,
-        limit: usize,
-        keep_rest: bool,
-    ) -> Vec<(Box<[u8]>, Token)> {
-        let mut inner = self.lock();
-        if inner.refresh.is_empty() {
-            return Vec::new();
-        }
-        let now = now_ns();
-        let mut out = Vec::new();
-        for key in keys {
-            if out.len() == limit {
-                if keep_rest {
-                    break;
-                }
-                inner.refresh.remove(key);
-                continue;
-            }
-            if let Some(token) = inner.take_for_refresh(key, now) {
-                out.push((Box::from(key), token));
-            }
-        }
-        self.stats.refreshes.fetch_add(out.len() as u64, Ordering::Relaxed);
-        out
+        (found, heat >= HOT || inner.refresh.contains_key(key))
     }
 
     /// Drop everything and kill every fill in flight.
@@ -432,20 +367,6 @@ impl Inner {
         if let Some(&idx) = self.map.get(key) {
             self.remove(idx);
         }
-    }
-
-    /// Spoil the install claim of a write of `key` in flight; whether there was one.
-    /// Register a refresh of `key` if it waits for one and is not kept again or being filled
-    /// (a key being written keeps waiting: the write's value takes its heat).
-    fn take_for_refresh(&mut self, key: &[u8], now: u64) -> Option<Token> {
-        if self.writing.contains_key(key) {
-            return None;
-        }
-        let heat = self.refresh.remove(key)?;
-        if self.map.contains_key(key) || self.pending.contains_key(key) {
-            return None;
-        }
-        Some(self.register_with(key, now, heat - 1))
     }
 
     fn register(&mut self, key: &[u8], now: u64) -> Token {

@@ -21,12 +21,14 @@ use tokio::task::JoinHandle;
 
 use crate::errors::Result;
 use crate::near::fill::FillKey;
-use crate::near::sketch::Sketch;
 use crate::near::store::{now_ns, Flush, Store};
 use crate::runtime;
 use crate::transport::{Endpoint, PushSink, Pushed};
 
+mod admission;
 mod session;
+pub use admission::Admission;
+use admission::Live;
 use session::{marker_key, run};
 
 /// A server a near cache tracks: the recipe of its connections, of which the tracking
@@ -112,18 +114,6 @@ pub struct Near {
     live: Mutex<HashMap<Arc<str>, Live>>,
 }
 
-/// A live tracking connection: the set it belongs to, and the connection.
-type Live = (u64, Weak<Pushed>);
-
-/// Admission by use: a key is kept once it was read `after` times lately (by `sketch`). The
-/// tracking connections then track with OPTIN, not BCAST: the server tracks only the keys
-/// they read after `CLIENT CACHING YES`, the kept ones, so fills go through them
-/// (`fill.rs`), and keys no one reads twice cost the server nothing.
-pub struct Admission {
-    pub after: u8,
-    pub sketch: Sketch,
-}
-
 /// A tracking connection that carries writes.
 #[derive(Clone)]
 pub struct Writer {
@@ -196,39 +186,6 @@ impl Near {
             one_primary: AtomicBool::new(false),
             admission,
             live: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Admission by use, if that is how keys are kept.
-    #[inline]
-    pub fn admission(&self) -> Option<&Admission> {
-        self.admission.as_ref()
-    }
-
-    /// Whether fills go through the tracking connections (admission by use: OPTIN tracking).
-    #[inline]
-    pub fn optin(&self) -> bool {
-        self.admission.is_some()
-    }
-
-    /// The live tracking connection to the server at `addr`, if it is tracked and tracking.
-    pub fn conn_to(&self, addr: &str) -> Option<Arc<Pushed>> {
-        let live = locked(&self.live);
-        live.get(addr).and_then(|(_, conn)| conn.upgrade())
-    }
-
-    /// Record (or with None forget) set `set_id`'s tracking connection to `addr` as live.
-    fn set_live(&self, set_id: u64, addr: &Arc<str>, conn: Option<&Arc<Pushed>>) {
-        let mut live = locked(&self.live);
-        match conn {
-            Some(conn) => {
-                live.insert(Arc::clone(addr), (set_id, Arc::downgrade(conn)));
-            }
-            None => {
-                if live.get(addr).is_some_and(|(id, _)| *id == set_id) {
-                    live.remove(addr);
-                }
-            }
         }
     }
 
@@ -495,7 +452,15 @@ impl Near {
                     .collect();
                 // With admission by use every fill is read on a tracking connection, in
                 // order with its invalidations: one still in flight read after this write.
-                self.store.invalidate_heard(keys.iter().copied(), self.optin());
+                match self.admission() {
+                    None => self.store.invalidate_heard(keys.iter().copied(), false),
+                    // Written before it was of use here: its reads are forgotten.
+                    Some(a) => {
+                        self.store.invalidate_heard_cold(keys.iter().copied(), true, |key| {
+                            a.sketch.reset(key)
+                        })
+                    }
+                }
                 let refresh =
                     self.store.take_refresh_of(keys.into_iter(), REFRESH_NOW, self.one_primary());
                 refresh.into_iter().map(|(key, token)| (key, Some(token))).collect()

@@ -31,7 +31,7 @@ impl NearCache {
         for arg in &args[1..] {
             if let Some(bytes) = key_bytes(arg) {
                 if self.near.tracks(bytes) {
-                    self.near.store.invalidate(bytes);
+                    self.near.forget(bytes);
                     any = true;
                 }
             }

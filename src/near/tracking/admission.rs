@@ -1,0 +1,65 @@
+//! Admission by use on the tracking side: what a near cache with ADMIT_AFTER_READS keeps
+//! (`Admission`), what this process' writes forget of a key's reads, and the live tracking
+//! connections its fills go through (OPTIN tracking).
+
+use std::sync::{Arc, Weak};
+
+use super::{locked, Near};
+use crate::near::sketch::Sketch;
+use crate::transport::Pushed;
+
+/// Admission by use: a key is kept once it was read `after` times lately (by `sketch`). The
+/// tracking connections then track with OPTIN, not BCAST: the server tracks only the keys
+/// they read after `CLIENT CACHING YES`, the kept ones, so fills go through them
+/// (`fill.rs`), and keys no one reads twice cost the server nothing.
+pub struct Admission {
+    pub after: u8,
+    pub sketch: Sketch,
+}
+
+/// A live tracking connection: the set it belongs to, and the connection.
+pub(super) type Live = (u64, Weak<Pushed>);
+
+impl Near {
+    /// Drop `key` before (and after) this process writes it: with admission by use, a key
+    /// written while not in use has its reads forgotten (see sketch.rs).
+    pub fn forget(&self, key: &[u8]) {
+        let (_, in_use) = self.store.invalidate_in_use(key, self.optin());
+        if let (Some(admission), false) = (&self.admission, in_use) {
+            admission.sketch.reset(key);
+        }
+    }
+
+    /// Admission by use, if that is how keys are kept.
+    #[inline]
+    pub fn admission(&self) -> Option<&Admission> {
+        self.admission.as_ref()
+    }
+
+    /// Whether fills go through the tracking connections (admission by use: OPTIN tracking).
+    #[inline]
+    pub fn optin(&self) -> bool {
+        self.admission.is_some()
+    }
+
+    /// The live tracking connection to the server at `addr`, if it is tracked and tracking.
+    pub fn conn_to(&self, addr: &str) -> Option<Arc<Pushed>> {
+        let live = locked(&self.live);
+        live.get(addr).and_then(|(_, conn)| conn.upgrade())
+    }
+
+    /// Record (or with None forget) set `set_id`'s tracking connection to `addr` as live.
+    pub(super) fn set_live(&self, set_id: u64, addr: &Arc<str>, conn: Option<&Arc<Pushed>>) {
+        let mut live = locked(&self.live);
+        match conn {
+            Some(conn) => {
+                live.insert(Arc::clone(addr), (set_id, Arc::downgrade(conn)));
+            }
+            None => {
+                if live.get(addr).is_some_and(|(id, _)| *id == set_id) {
+                    live.remove(addr);
+                }
+            }
+        }
+    }
+}
