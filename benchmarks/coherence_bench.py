@@ -66,6 +66,8 @@ def target_params(target: str, topology: str, where: dict[str, Any]) -> tuple[st
     options: dict[str, Any] = {}
     if target == "redoxide-near":
         options["NEAR_CACHE"] = {"PREFIXES": ["hot:"], "MAX_STALE_MS": MAX_STALE_MS}
+    elif target == "redoxide-use":  # admission by use
+        options["NEAR_CACHE"] = {"ADMIT_AFTER_READS": 2, "MAX_STALE_MS": MAX_STALE_MS}
     location: Any = where["url"]
     if topology == "replicas":
         location = where["urls"]  # the primary first, then the replicas reads go to
@@ -212,7 +214,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--topologies", default=",".join(TOPOLOGIES))
     p.add_argument("--kinds", default=",".join(KINDS))
-    p.add_argument("--targets", default="redoxide-near,vcache-csc,redoxide,vcache")
+    p.add_argument("--targets", default="redoxide-near,redoxide-use,vcache-csc,redoxide,vcache")
     p.add_argument("--seconds", type=float, default=4.0, help="counted seconds per cell")
     p.add_argument("--readers", type=int, default=2, help="reader processes")
     p.add_argument("--threads", type=int, default=2, help="threads per reader process")

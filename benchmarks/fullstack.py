@@ -186,6 +186,13 @@ BACKENDS = {
             "redoxide.RedisCache",
             '{"NEAR_CACHE": {"PREFIXES": ["hot:"]}}',
         ),
+        # The near cache by use: no prefixes named, keys kept once read twice lately.
+        Backend(
+            "redoxide-near-use",
+            "redoxide.RedisCache",
+            "redoxide.RedisCache",
+            '{"NEAR_CACHE": {"ADMIT_AFTER_READS": 2}}',
+        ),
         # django-vcache's incr (a bare INCRBY, no missing-key check): Redis' work like for like.
         Backend(
             "redoxide-incrby",
@@ -229,6 +236,7 @@ BACKENDS = {
 # OPTIONS, an environment switch, another build of the package) are named with --variant.
 OPT_IN = (
     "redoxide-near",
+    "redoxide-near-use",
     "redoxide-msgpack",
     "redoxide-incrby",
     "django-vcache-csc",

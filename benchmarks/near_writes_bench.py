@@ -33,7 +33,7 @@ from servers import RedisServer
 
 HERE = Path(__file__).resolve().parent
 HOT = [f"hot:{i}" for i in range(10)]
-TARGETS = ("redoxide-near", "vcache-csc", "redoxide", "locmem")
+TARGETS = ("redoxide-near", "redoxide-use", "vcache-csc", "redoxide", "locmem")
 
 
 def cache_conf(target: str, url: str) -> dict[str, Any]:
@@ -42,6 +42,13 @@ def cache_conf(target: str, url: str) -> dict[str, Any]:
             "BACKEND": "redoxide.RedisCache",
             "LOCATION": url,
             "OPTIONS": {"NEAR_CACHE": {"PREFIXES": ["hot:"]}},
+        }
+    if target == "redoxide-use":
+        # Admission by use: no prefixes named, keys kept once read twice lately.
+        return {
+            "BACKEND": "redoxide.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {"NEAR_CACHE": {"ADMIT_AFTER_READS": 2}},
         }
     if target.startswith("redoxide"):
         return {"BACKEND": "redoxide.RedisCache", "LOCATION": url}

@@ -342,6 +342,12 @@ impl Store {
         self.wake(&inner);
     }
 
+    /// Whether `key` is in use: kept, or waiting for a refresh.
+    pub fn in_use(&self, key: &[u8]) -> bool {
+        let inner = self.lock();
+        inner.map.contains_key(key) || inner.refresh.contains_key(key)
+    }
+
     /// Whether a value of `len` bytes could be kept (MAX_VALUE_BYTES).
     pub fn keeps_size(&self, len: usize) -> bool {
         len <= self.limits.max_value_bytes

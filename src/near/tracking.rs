@@ -130,15 +130,26 @@ struct Sink {
     idx: usize,
     /// The connection itself, where the keys it invalidates are refreshed.
     conn: OnceLock<Weak<Pushed>>,
+    /// Keys to refresh that the pushes of the read being handled named: read again in one
+    /// round trip once it is handled (without BCAST, the server pushes one message per key).
+    refresh: Mutex<Vec<FillKey>>,
 }
 
 impl PushSink for Sink {
     fn push(&self, kind: PushKind, data: Vec<Value>) {
         let Some(near) = self.near.upgrade() else { return };
         let refresh = near.push(kind, data);
+        if !refresh.is_empty() {
+            locked(&self.refresh).extend(refresh);
+        }
+    }
+
+    fn batch_end(&self) {
+        let refresh = std::mem::take(&mut *locked(&self.refresh));
         if refresh.is_empty() {
             return;
         }
+        let Some(near) = self.near.upgrade() else { return };
         match self.conn.get().and_then(Weak::upgrade) {
             Some(conn) => crate::near::fill::refresh_on(&near, &conn, refresh),
             None => crate::near::fill::cancel_all(&near, &refresh),
@@ -193,10 +204,7 @@ impl Near {
     /// answering (the gate open); None otherwise (the write goes the usual way, and its
     /// echo drops the key here).
     pub fn writer(&self) -> Option<Writer> {
-        // With OPTIN tracking a write on the tracking connection (NOLOOP) would end the
-        // server's tracking of the key unnoticed, and the value kept would go stale: own
-        // writes go the usual way, and the server's invalidation refreshes a key in use.
-        if !self.serving() || self.optin() {
+        if !self.serving() {
             return None;
         }
         locked(&self.writer).clone()
@@ -429,7 +437,13 @@ impl Near {
     /// Open a tracking connection to `source` for server `idx` of set `set_id`.
     fn open(self: &Arc<Self>, source: &Source, set_id: u64, idx: usize) -> Result<Arc<Pushed>> {
         let near = Arc::downgrade(self);
-        let sink = Arc::new(Sink { near, set_id, idx, conn: OnceLock::new() });
+        let sink = Arc::new(Sink {
+            near,
+            set_id,
+            idx,
+            conn: OnceLock::new(),
+            refresh: Mutex::new(Vec::new()),
+        });
         let conn = Arc::new(Pushed::open(Arc::clone(&source.endpoint), Arc::clone(&sink) as _)?);
         let _ = sink.conn.set(Arc::downgrade(&conn));
         Ok(conn)

@@ -29,8 +29,24 @@ use crate::transport::{Done, Ordered, Seen};
 const GRACE: Duration = Duration::from_millis(250);
 
 /// A kept key of a write: where its reply is (in a pipeline's), the key, the value it gets
-/// if the write applies.
-type Kept = (usize, Box<[u8]>, Box<[u8]>);
+/// if the write applies, and whether that value is kept (with admission by use only keys in
+/// use are; the others are claimed, so that no fill in flight installs a value from before
+/// the write, and dropped).
+type Kept = (usize, Box<[u8]>, Box<[u8]>, bool);
+
+/// With admission by use (OPTIN tracking), a write through the tracking connection (NOLOOP)
+/// ends the server's tracking of its keys unnoticed: it is sent as `CLIENT CACHING YES`,
+/// `MULTI`, the write, `EXISTS` of the keys kept, `EXEC`, so that the keys kept are tracked
+/// again by the same transaction, with no other client's write in between.
+#[derive(Clone, Copy)]
+struct Txn {
+    /// Where EXEC's reply is among the pipeline's.
+    exec_at: usize,
+    /// The write's own replies in EXEC's (the first are the write's, then EXISTS').
+    replies: usize,
+    /// Whether the write is one command (its one reply is the caller's).
+    single: bool,
+}
 
 /// How a reply becomes Python's.
 type Convert = fn(Python<'_>, Value) -> PyResult<Py<PyAny>>;
@@ -45,6 +61,81 @@ pub struct Write {
     convert: Convert,
     /// The server's counters (it is counted as a command to that node, as on any connection).
     stats: Arc<Stats>,
+    txn: Option<Txn>,
+}
+
+/// Whether a key goes through the tracking connection and its value is kept: a tracked key
+/// (in use, with admission by use; a key not in use has its reads forgotten, as any write
+/// does).
+fn keeps(near: &Near, key: &[u8]) -> bool {
+    if !near.tracks(key) {
+        return false;
+    }
+    match near.admission() {
+        None => true,
+        Some(admission) => {
+            let in_use = near.store.in_use(key);
+            if !in_use {
+                admission.sketch.reset(key);
+            }
+            in_use
+        }
+    }
+}
+
+/// With admission by use, `cmds` as the transaction that tracks the kept keys again (`Txn`).
+fn request(near: &Near, cmds: Vec<redis::Cmd>, kept: &[Kept]) -> (Request, Option<Txn>) {
+    if !near.optin() {
+        let mut cmds = cmds;
+        return match cmds.len() {
+            1 => (Request::Cmd(cmds.remove(0)), None),
+            _ => {
+                let mut pipe = Pipeline::with_capacity(cmds.len());
+                cmds.into_iter().for_each(|c| _ = pipe.add_command(c));
+                (Request::Pipe(pipe), None)
+            }
+        };
+    }
+    let txn = Txn { exec_at: 2 + cmds.len() + 1, replies: cmds.len(), single: cmds.len() == 1 };
+    let mut pipe = Pipeline::with_capacity(cmds.len() + 4);
+    pipe.cmd("CLIENT").arg("CACHING").arg("YES");
+    pipe.cmd("MULTI");
+    cmds.into_iter().for_each(|c| _ = pipe.add_command(c));
+    let mut exists = redis::cmd("EXISTS");
+    for (.., key, _, install) in kept {
+        if *install {
+            exists.arg(&**key);
+        }
+    }
+    pipe.add_command(exists);
+    pipe.cmd("EXEC");
+    (Request::Pipe(pipe), Some(txn))
+}
+
+/// The caller's reply out of a transaction's (`Txn`): the write's own, as if sent alone; an
+/// aborted transaction is its error.
+fn unwrap_txn(txn: Txn, outcome: Value) -> Value {
+    let Value::Array(mut replies) = outcome else { return outcome };
+    // (A refused CLIENT CACHING YES is no error of the write: it applied, untracked.)
+    if let Some(refused) = replies.iter().take(txn.exec_at).skip(1).find(|r| is_error(r)) {
+        return refused.clone();
+    }
+    match replies.get_mut(txn.exec_at).map(std::mem::take) {
+        Some(Value::Array(mut inner)) => {
+            inner.truncate(txn.replies);
+            if txn.single {
+                inner.pop().unwrap_or(Value::Nil)
+            } else {
+                Value::Array(inner)
+            }
+        }
+        Some(other) => other,
+        None => Value::Nil,
+    }
+}
+
+fn is_error(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(_))
 }
 
 impl Write {
@@ -60,16 +151,20 @@ impl Write {
         nx: bool,
         xx: bool,
     ) -> Option<Write> {
-        if !near.tracks(key.as_bytes()) || !near.store.keeps_size(value.len()) {
+        if !near.store.keeps_size(value.len()) || !keeps(near, key.as_bytes()) {
             return None;
         }
+        let writer = near.writer()?;
+        let kept = vec![(0, key.as_bytes().into(), value.into(), true)];
+        let (sent, txn) = request(near, vec![set_cmd(key, value, ttl_ms, nx, xx)], &kept);
         Some(Write {
-            sent: Request::Cmd(set_cmd(key, value, ttl_ms, nx, xx)),
-            kept: vec![(0, key.as_bytes().into(), value.into())],
+            sent,
+            kept,
             ttl_ms,
-            writer: near.writer()?,
+            writer,
             convert: crate::proto::reply::to_py_bool,
             stats: Arc::clone(&client.stats),
+            txn,
         })
     }
 
@@ -87,13 +182,14 @@ impl Write {
                 if !near.store.keeps_size(value.len()) {
                     return None;
                 }
-                kept.push((i, Box::from(*key), Box::from(*value)));
+                kept.push((i, Box::from(*key), Box::from(*value), keeps(near, key)));
             }
         }
-        if kept.is_empty() {
+        if !kept.iter().any(|k| k.3) {
             return None;
         }
-        let sent = match ttl_ms {
+        let writer = near.writer()?;
+        let cmds = match ttl_ms {
             None => {
                 let mut cmd = redis::cmd("MSET");
                 for (key, value) in items {
@@ -101,23 +197,35 @@ impl Write {
                 }
                 // One reply for all: every kept key's is at 0.
                 kept.iter_mut().for_each(|k| k.0 = 0);
-                Request::Cmd(cmd)
+                vec![cmd]
             }
-            Some(ms) => {
-                let mut pipe = Pipeline::with_capacity(items.len());
-                for (key, value) in items {
-                    pipe.cmd("SET").arg(*key).arg(*value).arg("PX").arg(ms.max(1));
-                }
-                Request::Pipe(pipe)
-            }
+            Some(ms) => items
+                .iter()
+                .map(|(key, value)| {
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(*key).arg(*value).arg("PX").arg(ms.max(1));
+                    cmd
+                })
+                .collect(),
         };
+        let (mut sent, txn) = request(near, cmds, &kept);
+        if txn.is_none() && ttl_ms.is_some() && items.len() == 1 {
+            // (As the client sends it: a pipeline of one SET PX, whose reply is a list.)
+            if let Request::Cmd(cmd) = sent {
+                let mut pipe = Pipeline::with_capacity(1);
+                pipe.add_command(cmd);
+                sent = Request::Pipe(pipe);
+            }
+        }
+        let txn = txn.map(|t| Txn { single: t.single && ttl_ms.is_none(), ..t });
         Some(Write {
             sent,
             kept,
             ttl_ms,
-            writer: near.writer()?,
+            writer,
             convert: crate::proto::reply::to_py,
             stats: Arc::clone(&client.stats),
+            txn,
         })
     }
 
@@ -130,7 +238,7 @@ impl Write {
         near: &Arc<Near>,
         done: impl FnOnce(Result<Value>) + Send + 'static,
     ) -> Result<()> {
-        let Write { sent, kept, ttl_ms, writer, stats, .. } = self;
+        let Write { sent, kept, ttl_ms, writer, stats, txn, .. } = self;
         let (conn, set_id) = (writer.conn, writer.set_id);
         let meter = Meter::start(&sent);
         let begun = now_ns();
@@ -143,12 +251,25 @@ impl Write {
                 .collect(),
         );
         let (acks, ack_near) = (Arc::clone(&claimed), Arc::clone(near));
+        // In a transaction: whether CLIENT CACHING YES was taken (else nothing is tracked
+        // again, and nothing may be kept).
+        let mut caching = true;
         let seen = move |at: usize, reply: &Value| {
-            if !applied(reply, 0) {
-                return;
-            }
-            for ((of, key, value), token) in acks.iter() {
-                if *of == at {
+            let (at, reply) = match txn {
+                None => (at, reply),
+                Some(_) if at == 0 => {
+                    caching = !is_error(reply);
+                    return;
+                }
+                Some(t) if at == t.exec_at && caching => match reply {
+                    Value::Array(_) => (usize::MAX, reply),
+                    _ => return,
+                },
+                Some(_) => return,
+            };
+            for ((of, key, value, install), token) in acks.iter() {
+                let here = if at == usize::MAX { applied(reply, *of) } else { *of == at };
+                if *install && here && (at == usize::MAX || applied(reply, 0)) {
                     ack_near.store.ack_write(key, *token, (value, ttl_ms), begun);
                 }
             }
@@ -156,6 +277,19 @@ impl Write {
         let near = Arc::clone(near);
         let addr = Arc::clone(conn.addr());
         let then = move |outcome: Result<Value>| {
+            // In a transaction, whether the keys kept are tracked again (CLIENT CACHING YES
+            // taken): if not, nothing written may stay kept.
+            let mut tracked = true;
+            let outcome = match (txn, outcome) {
+                (Some(t), Ok(reply)) => {
+                    if let Some(meter) = &meter {
+                        meter.record(&stats, &Ok(reply.clone()));
+                    }
+                    tracked = matches!(&reply, Value::Array(r) if !r.first().is_some_and(is_error));
+                    Ok(unwrap_txn(t, reply))
+                }
+                (_, outcome) => outcome,
+            };
             let outcome = match outcome {
                 // An error reply comes in order: the write was not applied.
                 Ok(Value::ServerError(err)) => {
@@ -170,11 +304,13 @@ impl Write {
                     Err(err)
                 }
             };
-            if let Some(meter) = meter {
+            if let (Some(meter), None) = (&meter, txn) {
                 meter.record(&stats, &outcome);
             }
-            for ((at, key, _), _) in claimed.iter() {
-                let applied = outcome.as_ref().is_ok_and(|reply| applied(reply, *at));
+            for ((at, key, _, install), _) in claimed.iter() {
+                // (A key not kept: any copy is dropped, as a write the usual way does.)
+                let applied =
+                    *install && tracked && outcome.as_ref().is_ok_and(|reply| applied(reply, *at));
                 near.store.end_write(key, applied);
             }
             done(outcome);

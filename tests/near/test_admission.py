@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from support.dispatch import Ops
 from support.near import serving, wait_for
 from support.servers import RedisServer
@@ -80,27 +81,39 @@ def test_kept_keys_stay_coherent_through_refreshes(
         assert after["hits"] == before["hits"] + 1, (before, after)
 
 
-def test_own_writes_of_a_key_in_use_are_read_back_and_it_stays_kept(
-    make_near: Callable[..., Any], near_server: RedisServer, mode: str
+@pytest.mark.parametrize("timeout", [None, 60], ids=["no-expiry", "expiry"])
+def test_own_writes_of_keys_in_use_are_kept_and_stay_coherent(
+    make_near: Callable[..., Any], near_server: RedisServer, writer: Any, mode: str, timeout: Any
 ) -> None:
-    # Own writes go the usual way under OPTIN tracking: the copy is dropped, and a key that
-    # was in use (served from here) is filled again by its next read, its count kept.
-    cache = make_near(near=OPTIONS)
+    # On one server a write of keys in use goes through the tracking connection, as a
+    # transaction that tracks them again (OPTIN, NOLOOP: the write itself ends the server's
+    # tracking of them), and the written values are kept; another client's later writes are
+    # still heard. Keys not in use in the same set_many are written, and not kept.
+    cache = make_near(near=OPTIONS, TIMEOUT=timeout)
     ops = Ops(cache, mode)
     serving(cache)
-    cache.set("page:mine", "old")
+    hot = [f"page:mine{i}" for i in range(3)]
+    cache.set_many(dict.fromkeys(hot, "old"))
     for _ in range(AFTER + 1):
-        assert ops.get("page:mine") == "old"
-    installs = cache.near_cache_stats()["installs"]
-    ops.set("page:mine", "new")
-    assert ops.get("page:mine") == "new"
-    # Filled by that read, or refreshed before it by the server's invalidation of the write.
-    wait_for("the key kept again", lambda: cache.near_cache_stats()["installs"] > installs)
-    hits = cache.near_cache_stats()["hits"]
-    assert ops.get("page:mine") == "new"
-    assert cache.near_cache_stats()["hits"] == hits + 1
-    ops.delete("page:mine")
-    assert ops.get("page:mine") is None
+        assert ops.get_many(hot) == dict.fromkeys(hot, "old")
+    before = cache.near_cache_stats()
+    ops.set(hot[0], "one")
+    ops.set_many({**dict.fromkeys(hot[1:], "many"), "page:cold": "cold"})
+    after = cache.near_cache_stats()
+    assert after["own_writes_kept"] - before["own_writes_kept"] == len(hot), after
+    expected = {hot[0]: "one", **dict.fromkeys(hot[1:], "many"), "page:cold": "cold"}
+    assert ops.get_many([*hot, "page:cold"]) == expected
+    final = cache.near_cache_stats()
+    assert final["hits"] - after["hits"] == len(hot)  # the cold key was read from the server
+    assert final["installs"] == after["installs"]
+    assert tracked_keys(near_server) == len(hot)
+    if timeout is not None:
+        assert 0 < int(near_server.cli("TTL", str(cache.make_and_validate_key(hot[0])))) <= 60
+    for n, key in enumerate(hot):
+        writer.set(str(cache.make_and_validate_key(key)), n)
+        wait_for(f"the write of {key} to be heard", lambda key=key, n=n: ops.get(key) == n)
+    ops.delete(hot[0])
+    assert ops.get(hot[0]) is None
 
 
 def test_get_many_keeps_only_the_keys_read_often_enough(

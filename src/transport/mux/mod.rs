@@ -169,6 +169,12 @@ impl Conn {
     /// `absorb` on a connection with pushes: each push and each reply handled in the order
     /// they came, a call's code run before anything after its reply (see `pushed.rs`).
     fn absorb_in_order(&self, values: Vec<redis::Value>, sink: &dyn PushSink) -> Result<()> {
+        let handled = self.handle_in_order(values, sink);
+        sink.batch_end();
+        handled
+    }
+
+    fn handle_in_order(&self, values: Vec<redis::Value>, sink: &dyn PushSink) -> Result<()> {
         for value in values {
             if let redis::Value::Push { kind, data } = value {
                 sink.push(kind, data);

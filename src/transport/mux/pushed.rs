@@ -26,6 +26,9 @@ pub trait PushSink: Send + Sync {
     fn push(&self, kind: PushKind, data: Vec<Value>);
     /// The connection broke or was closed: nothing more comes from it.
     fn lost(&self);
+    /// The pushes and replies of one read have been handled (what they started may be sent
+    /// together).
+    fn batch_end(&self) {}
 }
 
 /// One tracking connection.
