@@ -33,7 +33,7 @@ ROUTER_RECOVERS = (
 
 #: How a store finds the tracked keys a write names: in a command's arguments, in a
 #: pipeline's commands, or in a list of keys.
-Forget = Callable[[NearCache, Any], bool]
+Forget = Callable[[NearCache, Any, bool], bool]
 
 
 def forgets(call: Call[Any]) -> tuple[Forget, Any]:

@@ -11,15 +11,16 @@ coherent by the server's client tracking.
   is answered (so this process reads its own writes even against a concurrent fill);
   FLUSHDB / FLUSHALL / SWAPDB drop everything;
 - the store and its tracking connections live in Rust (src/near/): invalidations are applied
-  there without the GIL, and hits are refused while the tracking connections are silent.
+  there without the GIL, and hits are refused while the tracking connections are silent;
+- on one server, as the only near cache of the process, get / execute / set / set_many are
+  the store's own methods (`_bind`): the lookup and fill, or the write and its drops, in one
+  call.
 
-Fills always read the primary, the node whose tracking connection we listen to: a lagging
-replica could otherwise hand back a value older than an invalidation the primary has already
-sent. A get's fill is one protocol, in the core (``NearCache.fill``: GET and PTTL in one round
-trip, installed only if the token survived and the server that answered is tracked), which a
-get on one server runs inside ``NearCache.get`` and a router's runs on ``owner(key)``, the
-primary its topology names. A get_many's fills are the same protocol for many keys
-(``NearCache.fill_keys``), one round trip per owning primary, all sent at once.
+Fills read the primary whose tracking connection we listen to (a lagging replica could hand
+back a value older than an invalidation already sent): one protocol in the core
+(``NearCache.fill``, GET and PTTL in one round trip, installed only if the token survived and
+that server is tracked), run inside ``NearCache.get`` on one server and on ``owner(key)`` by a
+router; get_many's (``NearCache.fill_keys``) take one round trip per primary, sent at once.
 """
 
 from __future__ import annotations
@@ -64,19 +65,19 @@ _every: tuple[NearClient, ...] = ()
 _joining = threading.Lock()  # makes each append to _every one read-and-write
 
 
-def _forget_everywhere(forget: Forget, what: Any) -> bool:
-    """Drop the tracked keys `what` names from every near cache of the process; whether any
-    keeps them. Two caches over one server (two aliases, two VERSIONs) each have a store of
-    their own, and a process must read its own writes whichever alias made them."""
+def _forget_everywhere(forget: Forget, what: Any, count: bool = True) -> bool:
+    """Drop the tracked keys `what` names from every near cache of the process (two aliases
+    have a store each, and a process reads its own writes whichever made them); whether any
+    keeps them. `count`: count the write (admission by use), not on the drop after it."""
     found = False
     for client in _every:
-        found |= forget(client._store, what)
+        found |= forget(client._store, what, count)
     return found
 
 
-def _forget_in(clients: tuple[NearClient, ...], keys: Any) -> None:
+def _forget_in(clients: tuple[NearClient, ...], keys: Any, count: bool = True) -> None:
     for client in clients:
-        client._store.forget_keys(keys)
+        client._store.forget_keys(keys, count)
 
 
 class NearClient(Topology):
@@ -117,6 +118,20 @@ class NearClient(Topology):
         global _every
         with _joining:
             _every = (*_every, self)
+            for client in _every:
+                client._bind()
+
+    def _bind(self) -> None:
+        """get, execute, set and set_many as the store's methods (see the module's docstring),
+        or undone when a second near cache appears."""
+        bound = self.__dict__
+        alone = self._direct and len(_every) == 1 and _every[0] is self
+        self._store.set_alone(alone)
+        store, inner = self._store, self._inner
+        for name in ("get", "execute", "set", "set_many"):
+            bound.pop(name, None)
+            if alone:
+                bound[name] = functools.partial(getattr(store, name), inner)
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -130,6 +145,7 @@ class NearClient(Topology):
             max_stale=s.max_stale_ms / 1000,
             marker=marker,
             admit_after=s.admit_after,
+            logger=self._logger,
         )
 
     def after_fork(self) -> None:
@@ -139,6 +155,7 @@ class NearClient(Topology):
         self._store.flush("fork")
         if self._nodes is not None:
             self._store.track(list(self._nodes), self._check_db)
+        self._bind()
 
     # -- what the cache asks beyond commands: the inner client's answers (Topology) -----------
 
@@ -219,27 +236,16 @@ class NearClient(Topology):
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, key: str, bridge: Bridge | None = None) -> Any:
+        if self._direct:
+            # One server: lookup, fill and install in one call (a refusal is warned of there).
+            return self._store.get(self._inner, key, bridge)
         if bridge is None:
-            if self._direct:
-                # One server: lookup, fill and install in one call into the core.
-                found = self._store.get(self._inner, key)
-                if found is False:
-                    self._refused()
-                    return self._inner.get(key)
-                return found
             found = self._store.lookup(key)
             if found is None:
                 return self._inner.get(key)
             if type(found) is bytes:
                 return found
             return plans.run(self._fill(key, found))
-        if self._direct:
-            # One server: lookup and fill in one call; the fill installs as it is converted.
-            found = self._store.aget(self._inner, key, bridge)
-            if found is False:
-                self._refused()
-                return self._inner.get(key, bridge)
-            return found
         found = self._store.alookup(key)
         if found is None:
             return self._inner.get(key, bridge)
@@ -432,9 +438,9 @@ class NearClient(Topology):
         answered (a fill that read the old value meanwhile is killed)."""
         node = self._inner if on is None else on
         forget_how, what = forgets(call)
-        forget = functools.partial(_forget_everywhere, forget_how)
-        if not forget(what):
+        if not _forget_everywhere(forget_how, what):
             return call.on(node, bridge)
+        forget = functools.partial(_forget_everywhere, forget_how, count=False)
         if bridge is not None:
             return self._then_forget(call.on(node, bridge), forget, what)
         try:
@@ -485,7 +491,7 @@ class NearClient(Topology):
         done = write(*args, bridge)
         if done is NotImplemented or not others:
             return done
-        forget = functools.partial(_forget_in, others)
+        forget = functools.partial(_forget_in, others, count=False)
         if bridge is not None:
             return self._then_forget(done, forget, keys)
         forget(keys)

@@ -1,7 +1,7 @@
 //! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats; what a
 //! command drops is `forget.rs`'s) and the registration of `Ready` (`ready.rs`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
-use crate::near::fill::{self, FillKey};
+use crate::near::fill;
 use crate::near::ready::Ready;
 use crate::near::sketch::Sketch;
 use crate::near::store::{Flush, Got, Limits, Store, Token};
@@ -22,7 +22,11 @@ use crate::proto::Request;
 use crate::py::client::Client;
 
 mod forget;
+mod keys;
 mod stats;
+mod writes;
+
+use keys::{fill_keys_of, key_bytes};
 
 /// Add the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -38,38 +42,11 @@ const FILL_WAIT: Duration = Duration::from_millis(100);
 #[pyclass(module = "redoxide._redoxide", frozen)]
 pub struct NearCache {
     near: Arc<Near>,
-}
-
-/// A key's bytes, or None for a key the near cache cannot hold (not str or bytes).
-fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
-    crate::py::functions::key_bytes(key).ok()
-}
-
-/// The keys of a fill paired with their tokens (int, or None: not kept here). A key that is
-/// not str or bytes, or a str that cannot be encoded, raises as a command argument would, and
-/// the fill never starts: every token given is cancelled first.
-fn fill_keys_of(
-    near: &Near,
-    keys: &Bound<'_, PyAny>,
-    tokens: &Bound<'_, PyAny>,
-) -> PyResult<Vec<FillKey>> {
-    let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
-    let tokens: Vec<Option<u64>> =
-        tokens.try_iter()?.map(|t| t?.extract::<Option<u64>>()).collect::<PyResult<_>>()?;
-    let mut out = Vec::with_capacity(keys.len());
-    let mut failed = (keys.len() != tokens.len())
-        .then(|| PyValueError::new_err("a fill needs a token (or None) per key"));
-    for (key, token) in keys.iter().zip(&tokens) {
-        match crate::py::functions::key_bytes(key) {
-            Ok(bytes) => out.push((Box::from(bytes), token.map(Token))),
-            Err(err) => _ = failed.get_or_insert(err),
-        }
-    }
-    if let Some(err) = failed {
-        fill::cancel_all(near, &out);
-        return Err(err);
-    }
-    Ok(out)
+    /// The logger the one warning of a refusal goes to (`warn`).
+    logger: Box<str>,
+    /// Whether it is the process' only near cache (`alone`): no other one to drop a write's
+    /// keys from, so `set` and `set_many` write the usual way themselves.
+    alone: AtomicBool,
 }
 
 /// What a lookup found.
@@ -84,11 +61,7 @@ enum Found<'py> {
 }
 
 impl NearCache {
-    fn find<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Found<'py>> {
-        self.find_waiting(py, key, false)
-    }
-
-    /// `find`; with `may_wait` (a sync caller on one server), a key another thread is
+    /// A hit, a miss's token, or not kept; with `may_wait` (a sync caller on one server), a key another thread is
     /// filling right now is waited for (GIL released, briefly) rather than read again: a hot
     /// key that was just invalidated then costs one round trip per process, not per thread.
     fn find_waiting<'py>(
@@ -119,7 +92,7 @@ impl NearCache {
         }
         if let (Got::Unknown, Some(admission)) = (&got, by_use) {
             // Not kept: counted as read, and kept from the read that makes it frequent.
-            if admission.sketch.record(key) >= admission.after {
+            if admission.sketch.read(key, admission.after) {
                 got = Got::Miss(store.admit(key));
             } else {
                 store.stats.not_admitted.fetch_add(1, Ordering::Relaxed);
@@ -153,25 +126,6 @@ impl NearCache {
             Found::Miss(Token(t)) => Some(t.into_pyobject(py)?.into_any().unbind()),
         })
     }
-
-    /// Send a write through the tracking connection: its converted reply (sync) or its
-    /// awaitable; NotImplemented when there is none to send.
-    fn send_write(
-        &self,
-        py: Python<'_>,
-        write: Option<write::Write>,
-        bridge: Option<Py<Bridge>>,
-    ) -> PyResult<Py<PyAny>> {
-        let Some(write) = write else { return Ok(py.NotImplemented()) };
-        match bridge {
-            None => {
-                let convert = write.convert();
-                let reply = py.detach(|| write.call(&self.near))?;
-                convert(py, reply)
-            }
-            Some(bridge) => Ok(Py::new(py, write.submit(&self.near, bridge)?)?.into_any()),
-        }
-    }
 }
 
 #[pymethods]
@@ -184,7 +138,8 @@ impl NearCache {
     /// With `admit_after` (admission by use), a key under the prefixes is kept only from the
     /// read that makes it read that many times lately, and tracked only then (OPTIN).
     #[pyo3(signature = (
-        prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale, marker=None, admit_after=None
+        prefixes, *, max_bytes, max_value_bytes, max_ttl, max_stale, marker=None, admit_after=None,
+        logger=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -195,6 +150,7 @@ impl NearCache {
         max_stale: f64,
         marker: Option<String>,
         admit_after: Option<u8>,
+        logger: Option<String>,
     ) -> PyResult<Self> {
         if admit_after == Some(0) {
             return Err(PyValueError::new_err("admit_after must be at least 1 read"));
@@ -216,7 +172,8 @@ impl NearCache {
             admit_after.map(|after| Admission { after, sketch: Sketch::for_bytes(max_bytes) });
         let max_stale = Duration::from_secs_f64(max_stale);
         let near = Near::new(Store::new(limits), prefixes, max_stale, marker, admission);
-        Ok(NearCache { near: Arc::new(near) })
+        let logger = logger.unwrap_or_else(|| "redoxide".into()).into_boxed_str();
+        Ok(NearCache { near: Arc::new(near), logger, alone: AtomicBool::new(false) })
     }
 
     /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
@@ -237,21 +194,35 @@ impl NearCache {
     }
 
     /// get on one server, all in one call: a hit, or the server's value (filled in on the
-    /// way when the key is kept here); False once when the near cache has just been turned
-    /// off (the caller warns and reads the server itself).
-    fn get(&self, py: Python<'_>, client: &Bound<'_, Client>, key: &str) -> PyResult<Py<PyAny>> {
+    /// way when the key is kept here); with `bridge` its awaitable (a hit's at once, a fill
+    /// installed when it is converted). When the near cache has just been turned off, the
+    /// one warning is given here (`warn`) and the server is read.
+    #[pyo3(signature = (client, key, bridge=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        key: &str,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
         guard(|| {
             let client = client.get();
-            match self.find_waiting(py, key.as_bytes(), true)? {
-                Found::Hit(value) => Ok(value.into_any().unbind()),
-                Found::Miss(token) => {
-                    fill::fill_key(py, &self.near, client, key.as_bytes(), token, None)
+            let found = self.find_waiting(py, key.as_bytes(), bridge.is_none())?;
+            match (found, bridge) {
+                (Found::Hit(value), None) => Ok(value.into_any().unbind()),
+                (Found::Hit(value), Some(_)) => {
+                    Ok(Py::new(py, Ready { value: value.into_any().unbind() })?.into_any())
                 }
-                Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
-                Found::NotKept => {
+                (Found::Miss(token), bridge) => {
+                    fill::fill_key(py, &self.near, client, key.as_bytes(), token, bridge)
+                }
+                (found, bridge) => {
+                    if matches!(found, Found::Refused) {
+                        self.warn(py)?;
+                    }
                     let mut cmd = redis::cmd("GET");
                     cmd.arg(key);
-                    reply::to_py(py, client.call_sync(py, &Request::Cmd(cmd))?)
+                    client.run(py, bridge, Request::Cmd(cmd), reply::to_py)
                 }
             }
         })
@@ -324,40 +295,11 @@ impl NearCache {
         })
     }
 
-    /// `get` from an event loop on one server: a hit (awaitable at once), or the awaitable of
-    /// the server's reply (a fill, installed when it is converted); False once when the near
-    /// cache has just been turned off.
-    fn aget(
-        &self,
-        py: Python<'_>,
-        client: &Bound<'_, Client>,
-        key: &str,
-        bridge: Py<Bridge>,
-    ) -> PyResult<Py<PyAny>> {
-        guard(|| {
-            let client = client.get();
-            match self.find(py, key.as_bytes())? {
-                Found::Hit(value) => {
-                    Ok(Py::new(py, Ready { value: value.into_any().unbind() })?.into_any())
-                }
-                Found::Miss(token) => {
-                    fill::fill_key(py, &self.near, client, key.as_bytes(), token, Some(bridge))
-                }
-                Found::Refused => Ok(PyBool::new(py, false).to_owned().into_any().unbind()),
-                Found::NotKept => {
-                    let mut cmd = redis::cmd("GET");
-                    cmd.arg(key);
-                    let pending = client.run_async(py, bridge, Request::Cmd(cmd), reply::to_py)?;
-                    Ok(Py::new(py, pending)?.into_any())
-                }
-            }
-        })
-    }
-
     /// SET of a key on one server, through the tracking connection when the key is kept here
     /// (the written value is then kept without reading it back): whether it was stored, or
-    /// its awaitable with `bridge`; NotImplemented when it is not sent this way (the key is
-    /// not kept, or tracking is not up): the caller writes it the usual way.
+    /// its awaitable with `bridge`. When it is not sent this way (the key is not kept, or
+    /// tracking is not up): when `alone` (no other near cache in the process) the usual way,
+    /// the key dropped before and after (`writes.rs`); else NotImplemented, for the caller to.
     #[pyo3(signature = (client, key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
     #[allow(clippy::too_many_arguments)]
     fn set(
@@ -372,13 +314,52 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let write = write::Write::set(&self.near, client.get(), key, value, ttl_ms, nx, xx);
-            self.send_write(py, write, bridge)
+            let alone = self.alone.load(Ordering::Relaxed);
+            let client = client.get();
+            let write = write::Write::set(&self.near, client, key, value, ttl_ms, nx, xx);
+            if write.is_some() || !alone {
+                return self.send_write(py, write, bridge);
+            }
+            let drops = self.drops_keys(std::iter::once(key.as_bytes()));
+            let req = Request::Cmd(crate::proto::command::set_cmd(key, value, ttl_ms, nx, xx));
+            self.write_dropping(py, client, drops, req, reply::to_py_bool, bridge)
+        })
+    }
+
+    /// Any command on one server, the tracked keys it names dropped before it is sent and
+    /// again once it is answered (everything, for a flush): `Client.execute` with the near
+    /// cache's forgets in the same call.
+    #[pyo3(signature = (client, args, bridge=None))]
+    fn execute(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        args: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| {
+            let items: Vec<Bound<'_, PyAny>> = args.try_iter()?.collect::<PyResult<_>>()?;
+            if let [name, key] = &items[..] {
+                // has_key of a key kept here: a hit.
+                if key_bytes(name).is_some_and(|n| n.eq_ignore_ascii_case(b"EXISTS"))
+                    && self.has(key)
+                {
+                    let one = 1i64.into_pyobject(py)?.into_any().unbind();
+                    return Ok(match bridge {
+                        None => one,
+                        Some(_) => Py::new(py, Ready { value: one })?.into_any(),
+                    });
+                }
+            }
+            let req = Request::Cmd(crate::proto::command::command_from(args)?);
+            let drops = self.drops_of(&items);
+            self.write_dropping(py, client.get(), drops, req, reply::to_py, bridge)
         })
     }
 
     /// set_many on one server, through the tracking connection when one of the keys is kept
-    /// here (as `set`); NotImplemented when it is not sent this way.
+    /// here (as `set`); else when `alone` the usual way, dropping the keys (as `set`), or
+    /// NotImplemented.
     #[pyo3(signature = (client, keys, values, ttl_ms=None, bridge=None))]
     fn set_many(
         &self,
@@ -390,20 +371,34 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
+            let alone = self.alone.load(Ordering::Relaxed);
             let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
             let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
-            let mut items = Vec::with_capacity(keys.len());
-            for (key, value) in keys.iter().zip(&values) {
-                let (Some(k), Ok(v)) = (key_bytes(key), value.cast::<PyBytes>()) else {
-                    return Ok(py.NotImplemented());
-                };
-                items.push((k, v.as_bytes()));
+            let items: Option<Vec<(&[u8], &[u8])>> = keys
+                .iter()
+                .zip(&values)
+                .map(|(key, value)| {
+                    Some((key_bytes(key)?, value.cast::<PyBytes>().ok()?.as_bytes()))
+                })
+                .collect();
+            let client = client.get();
+            let write = match items {
+                Some(items) if !items.is_empty() && keys.len() == values.len() => {
+                    write::Write::set_many(&self.near, client, &items, ttl_ms)
+                }
+                _ => None,
+            };
+            if write.is_some() || !alone {
+                return self.send_write(py, write, bridge);
             }
-            if items.is_empty() || keys.len() != values.len() {
-                return Ok(py.NotImplemented());
+            if keys.len() != values.len() || keys.is_empty() {
+                return Err(PyValueError::new_err(
+                    "set_many needs as many values as keys, and one",
+                ));
             }
-            let write = write::Write::set_many(&self.near, client.get(), &items, ttl_ms);
-            self.send_write(py, write, bridge)
+            let drops = self.drops_keys(keys.iter().filter_map(key_bytes));
+            let req = client.set_many_request(&keys, &values, ttl_ms)?;
+            self.write_dropping(py, client, drops, req, reply::to_py, bridge)
         })
     }
 
@@ -461,6 +456,11 @@ impl NearCache {
         self.near.notice()
     }
 
+    /// Say whether this is the process' only near cache (see `set`).
+    fn set_alone(&self, alone: bool) {
+        self.alone.store(alone, Ordering::Relaxed);
+    }
+
     /// The name of the database marker key the tracking connections keep.
     fn marker(&self) -> &str {
         self.near.marker()
@@ -475,30 +475,34 @@ impl NearCache {
 
     /// Before (and after) this process writes: drop the tracked keys a command names, or
     /// everything for FLUSHDB / FLUSHALL / SWAPDB. Return whether anything tracked was named.
-    fn forget(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
-        guard(|| self.forget_command(command))
+    /// `count`: count the write against the keys' reads (admission by use): the first drop.
+    #[pyo3(signature = (command, count=true))]
+    fn forget(&self, command: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
+        guard(|| self.forget_command(command, count))
     }
 
     /// `forget` for each command of a pipeline.
-    fn forget_all(&self, commands: &Bound<'_, PyAny>) -> PyResult<bool> {
+    #[pyo3(signature = (commands, count=true))]
+    fn forget_all(&self, commands: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
         guard(|| {
             let mut any = false;
             for command in commands.try_iter()? {
-                any |= self.forget_command(&command?)?;
+                any |= self.forget_command(&command?, count)?;
             }
             Ok(any)
         })
     }
 
     /// Drop these keys (a set or set_many of them); whether any is kept here.
-    fn forget_keys(&self, keys: &Bound<'_, PyAny>) -> PyResult<bool> {
+    #[pyo3(signature = (keys, count=true))]
+    fn forget_keys(&self, keys: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
         guard(|| {
             let mut any = false;
             for key in keys.try_iter()? {
                 let key = key?;
                 if let Some(bytes) = key_bytes(&key) {
                     if self.near.tracks(bytes) {
-                        self.near.forget(bytes);
+                        self.near.forget(bytes, count);
                         any = true;
                     }
                 }

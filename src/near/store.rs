@@ -305,22 +305,33 @@ impl Store {
     /// server's invalidation of this write brings it back, as another client's would).
     pub fn invalidate_in_use(&self, key: &[u8], remember: bool) -> (bool, bool) {
         let mut inner = self.lock();
-        let filling = inner.pending.remove(key).map(|(.., heat)| heat);
-        let pending = filling.is_some() | inner.poison_write(key);
+        let out = inner.drop_in_use(key, remember);
         self.wake(&inner);
-        // A copy with some heat, or a fill (a refresh) it kills, and its heat.
-        let (found, heat) = match inner.map.get(key) {
-            Some(&idx) => {
-                let heat = inner.nodes[idx].heat;
-                inner.remove(idx);
-                (true, heat)
-            }
-            None => (pending, filling.unwrap_or(0)),
-        };
-        if remember && heat > 0 && inner.refresh.len() < MAX_REFRESH {
-            inner.refresh.entry(key.into()).or_insert(heat);
+        out
+    }
+
+    /// `invalidate_in_use` of each of `keys` under one lock, telling `used` of each whether
+    /// it is in use; the tokens issued so far (see `issued`).
+    pub fn invalidate_keys(
+        &self,
+        keys: &[Box<[u8]>],
+        remember: bool,
+        mut used: impl FnMut(&[u8], bool),
+    ) -> u64 {
+        let mut inner = self.lock();
+        for key in keys {
+            let (_, in_use) = inner.drop_in_use(key, remember);
+            used(key, in_use);
         }
-        (found, heat >= HOT || inner.refresh.contains_key(key))
+        self.wake(&inner);
+        inner.next_token
+    }
+
+    /// How many tokens (of fills and own writes) were issued so far: while it stays the same,
+    /// nothing new can be installed, so a write that found it so after dropping its keys has
+    /// nothing to drop again once answered.
+    pub fn issued(&self) -> u64 {
+        self.lock().next_token
     }
 
     /// Drop everything and kill every fill in flight.
@@ -348,6 +359,21 @@ impl Store {
         inner.map.contains_key(key) || inner.refresh.contains_key(key)
     }
 
+    /// `in_use` of each of `keys`, under one lock: `each(position, in use)`.
+    pub fn in_use_each<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [u8]>,
+        mut each: impl FnMut(usize, bool),
+    ) {
+        let inner = self.lock();
+        if inner.map.is_empty() && inner.refresh.is_empty() {
+            return keys.enumerate().for_each(|(at, _)| each(at, false));
+        }
+        for (at, key) in keys.enumerate() {
+            each(at, inner.map.contains_key(key) || inner.refresh.contains_key(key));
+        }
+    }
+
     /// Whether a value of `len` bytes could be kept (MAX_VALUE_BYTES).
     pub fn keeps_size(&self, len: usize) -> bool {
         len <= self.limits.max_value_bytes
@@ -368,6 +394,25 @@ impl Store {
 }
 
 impl Inner {
+    /// `Store::invalidate_in_use`, under the lock.
+    fn drop_in_use(&mut self, key: &[u8], remember: bool) -> (bool, bool) {
+        let filling = self.pending.remove(key).map(|(.., heat)| heat);
+        let pending = filling.is_some() | self.poison_write(key);
+        // A copy with some heat, or a fill (a refresh) it kills, and its heat.
+        let (found, heat) = match self.map.get(key) {
+            Some(&idx) => {
+                let heat = self.nodes[idx].heat;
+                self.remove(idx);
+                (true, heat)
+            }
+            None => (pending, filling.unwrap_or(0)),
+        };
+        if remember && heat > 0 && self.refresh.len() < MAX_REFRESH {
+            self.refresh.entry(key.into()).or_insert(heat);
+        }
+        (found, heat >= HOT || self.refresh.contains_key(key))
+    }
+
     /// Drop the kept copy of `key`, if any.
     fn drop_key(&mut self, key: &[u8]) {
         if let Some(&idx) = self.map.get(key) {

@@ -468,10 +468,10 @@ impl Near {
                 // order with its invalidations: one still in flight read after this write.
                 match self.admission() {
                     None => self.store.invalidate_heard(keys.iter().copied(), false),
-                    // Written before it was of use here: its reads are forgotten.
+                    // Written before it was of use here: counted against its reads.
                     Some(a) => {
                         self.store.invalidate_heard_cold(keys.iter().copied(), true, |key| {
-                            a.sketch.reset(key)
+                            a.sketch.written(key)
                         })
                     }
                 }

@@ -65,22 +65,10 @@ pub struct Write {
 }
 
 /// Whether a key goes through the tracking connection and its value is kept: a tracked key
-/// (in use, with admission by use; a key not in use has its reads forgotten, as any write
-/// does).
+/// (in use, with admission by use: a key not in use is written the usual way, which forgets
+/// its reads).
 fn keeps(near: &Near, key: &[u8]) -> bool {
-    if !near.tracks(key) {
-        return false;
-    }
-    match near.admission() {
-        None => true,
-        Some(admission) => {
-            let in_use = near.store.in_use(key);
-            if !in_use {
-                admission.sketch.reset(key);
-            }
-            in_use
-        }
-    }
+    near.tracks(key) && (!near.optin() || near.store.in_use(key))
 }
 
 /// With admission by use, `cmds` as the transaction that tracks the kept keys again (`Txn`).
@@ -182,10 +170,21 @@ impl Write {
                 if !near.store.keeps_size(value.len()) {
                     return None;
                 }
-                kept.push((i, Box::from(*key), Box::from(*value), keeps(near, key)));
+                kept.push((i, Box::from(*key), Box::from(*value), true));
             }
         }
-        if !kept.iter().any(|k| k.3) {
+        if let Some(admission) = near.admission() {
+            // Only keys in use are kept (all of them looked up under one lock); the others'
+            // writes are counted, as a write the usual way does.
+            let mut used = vec![false; kept.len()];
+            near.store.in_use_each(kept.iter().map(|k| &*k.1), |at, in_use| used[at] = in_use);
+            kept.iter_mut().zip(used).for_each(|(k, in_use)| k.3 = in_use);
+            if !kept.iter().any(|k| k.3) {
+                return None;
+            }
+            kept.iter().filter(|k| !k.3).for_each(|k| admission.sketch.written(&k.1));
+        }
+        if kept.is_empty() {
             return None;
         }
         let writer = near.writer()?;

@@ -25,7 +25,7 @@ use crate::transport::{exec_sync, Timeouts, TlsOptions, Transport};
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// How a Python reply is made from the server's.
-type Convert = fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>;
+pub(crate) type Convert = fn(Python<'_>, Reply) -> PyResult<Py<PyAny>>;
 
 /// Add the class to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -123,7 +123,12 @@ impl Client {
         })
     }
 
-    fn run_sync(&self, py: Python<'_>, req: Request, convert: Convert) -> PyResult<Py<PyAny>> {
+    pub(crate) fn run_sync(
+        &self,
+        py: Python<'_>,
+        req: Request,
+        convert: Convert,
+    ) -> PyResult<Py<PyAny>> {
         let reply = self.call_sync(py, &req)?;
         convert(py, reply)
     }
@@ -166,7 +171,49 @@ impl Client {
         self.run(py, bridge, Request::Pipe(pipe), convert)
     }
 
-    fn run(
+    /// set_many's request: MSET; when they expire, one MSETEX where the server offers it,
+    /// else one SET PX each.
+    pub(crate) fn set_many_request(
+        &self,
+        keys: &[Bound<'_, PyAny>],
+        values: &[Bound<'_, PyAny>],
+        ttl_ms: Option<u64>,
+    ) -> PyResult<Request> {
+        let req = match ttl_ms {
+            None => {
+                let mut cmd = redis::cmd("MSET");
+                for (k, v) in keys.iter().zip(values) {
+                    push_arg(&mut cmd, k)?;
+                    push_arg(&mut cmd, v)?;
+                }
+                Request::Cmd(cmd)
+            }
+            Some(ms) if keys.len() > 1 && self.transport.offers().has(crate::offers::MSETEX) => {
+                let mut cmd = redis::cmd("MSETEX");
+                cmd.arg(keys.len());
+                for (k, v) in keys.iter().zip(values) {
+                    push_arg(&mut cmd, k)?;
+                    push_arg(&mut cmd, v)?;
+                }
+                cmd.arg("PX").arg(ms.max(1));
+                Request::Cmd(cmd)
+            }
+            Some(ms) => {
+                let mut pipe = Pipeline::with_capacity(keys.len());
+                for (k, v) in keys.iter().zip(values) {
+                    let mut cmd = redis::cmd("SET");
+                    push_arg(&mut cmd, k)?;
+                    push_arg(&mut cmd, v)?;
+                    cmd.arg("PX").arg(ms.max(1));
+                    pipe.add_command(cmd);
+                }
+                Request::Pipe(pipe)
+            }
+        };
+        Ok(req)
+    }
+
+    pub(crate) fn run(
         &self,
         py: Python<'_>,
         bridge: Option<Py<Bridge>>,
@@ -416,39 +463,7 @@ impl Client {
             if keys.is_empty() {
                 return Err(PyValueError::new_err("set_many needs at least one key"));
             }
-            let req = match ttl_ms {
-                None => {
-                    let mut cmd = redis::cmd("MSET");
-                    for (k, v) in keys.iter().zip(&values) {
-                        push_arg(&mut cmd, k)?;
-                        push_arg(&mut cmd, v)?;
-                    }
-                    Request::Cmd(cmd)
-                }
-                Some(ms)
-                    if keys.len() > 1 && self.transport.offers().has(crate::offers::MSETEX) =>
-                {
-                    let mut cmd = redis::cmd("MSETEX");
-                    cmd.arg(keys.len());
-                    for (k, v) in keys.iter().zip(&values) {
-                        push_arg(&mut cmd, k)?;
-                        push_arg(&mut cmd, v)?;
-                    }
-                    cmd.arg("PX").arg(ms.max(1));
-                    Request::Cmd(cmd)
-                }
-                Some(ms) => {
-                    let mut pipe = Pipeline::with_capacity(keys.len());
-                    for (k, v) in keys.iter().zip(&values) {
-                        let mut cmd = redis::cmd("SET");
-                        push_arg(&mut cmd, k)?;
-                        push_arg(&mut cmd, v)?;
-                        cmd.arg("PX").arg(ms.max(1));
-                        pipe.add_command(cmd);
-                    }
-                    Request::Pipe(pipe)
-                }
-            };
+            let req = self.set_many_request(&keys, &values, ttl_ms)?;
             self.run(py, bridge, req, reply::to_py)
         })
     }

@@ -6,6 +6,10 @@ a refresh (which must track the key again) and after this process' own writes.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -30,27 +34,33 @@ def _counts(cache: Any) -> tuple[int, int, int, int]:
     return s["hits"], s["installs"], s["admitted"], s["not_admitted"]
 
 
+def _stored(cache: Any, writer: Any, values: dict[str, int]) -> None:
+    """Store `values` as another client would (a write by this process counts against a key's
+    reads: see the last tests)."""
+    writer.mset({str(cache.make_and_validate_key(k)): v for k, v in values.items()})
+
+
 def test_a_key_is_kept_from_the_read_that_makes_it_frequent(
-    make_near: Callable[..., Any], near_server: RedisServer, mode: str
+    make_near: Callable[..., Any], near_server: RedisServer, writer: Any, mode: str
 ) -> None:
     cache = make_near(near=OPTIONS)
     ops = Ops(cache, mode)
     serving(cache)
-    cache.set_many({"page:a": "A", "page:b": "B"})
+    _stored(cache, writer, {"page:a": 1, "page:b": 2})
     base = _counts(cache)
     assert cache.near_cache_stats()["admit_after"] == AFTER
     assert int(near_server.info("stats")["tracking_total_prefixes"]) == 0
     for n in range(1, AFTER):
-        assert ops.get("page:a") == "A"
+        assert ops.get("page:a") == 1
         assert _counts(cache) == (base[0], base[1], base[2], base[3] + n)
     assert tracked_keys(near_server) == 0
-    assert ops.get("page:a") == "A"  # the third read: admitted, filled and kept
+    assert ops.get("page:a") == 1  # the third read: admitted, filled and kept
     assert _counts(cache) == (base[0], base[1] + 1, base[2] + 1, base[3] + AFTER - 1)
     assert tracked_keys(near_server) == 1
-    assert ops.get("page:a") == "A"
+    assert ops.get("page:a") == 1
     assert _counts(cache)[0] == base[0] + 1  # a hit
     # A key read once is read from the server and not tracked.
-    assert ops.get("page:b") == "B"
+    assert ops.get("page:b") == 2
     assert tracked_keys(near_server) == 1
 
 
@@ -124,15 +134,16 @@ def test_get_many_keeps_only_the_keys_read_often_enough(
     serving(cache)
     hot = [f"page:h{i}" for i in range(5)]
     cold = [f"page:c{i}" for i in range(5)]
-    cache.set_many({k: k for k in hot + cold})
+    values = {k: i for i, k in enumerate(hot + cold)}
+    _stored(cache, writer, values)
     for _ in range(AFTER - 1):
-        assert ops.get_many(hot) == {k: k for k in hot}
+        assert ops.get_many(hot) == {k: values[k] for k in hot}
     assert tracked_keys(near_server) == 0
     # The hot keys' third read and the cold keys' first, in one call.
-    assert ops.get_many(hot + cold) == {k: k for k in hot + cold}
+    assert ops.get_many(hot + cold) == values
     assert tracked_keys(near_server) == len(hot)
     hits = cache.near_cache_stats()["hits"]
-    assert ops.get_many(hot + cold) == {k: k for k in hot + cold}
+    assert ops.get_many(hot + cold) == values
     assert cache.near_cache_stats()["hits"] == hits + len(hot)
     writer.set(str(cache.make_and_validate_key(hot[0])), 7)
     wait_for("the write to be heard", lambda: ops.get_many(hot[:1]) == {hot[0]: 7})
@@ -142,8 +153,9 @@ def test_keys_written_as_often_as_read_are_never_kept(
     make_near: Callable[..., Any], near_server: RedisServer, mode: str
 ) -> None:
     # What a view that writes a key and reads it back does (and a get_many of keys a set_many
-    # just wrote): each write forgets the reads counted, so such keys are read from the server
-    # and never tracked. A key in use (served from here) keeps its count through a write.
+    # just wrote): a key must be read four times as often as it is written (while not in use)
+    # to be kept, so such keys are read from the server and never tracked. A write of a key in
+    # use (served from here) does not count against it.
     cache = make_near(near=OPTIONS)
     ops = Ops(cache, mode)
     serving(cache)
@@ -168,3 +180,71 @@ def test_keys_written_as_often_as_read_are_never_kept(
         "the key kept again", lambda: cache.near_cache_stats()["installs"] > before["installs"]
     )
     assert cache.near_cache_stats()["admitted"] == before["admitted"]
+
+
+def test_the_only_near_cache_of_a_process_goes_straight_to_the_core(
+    near_server: RedisServer,
+) -> None:
+    # A process with one near cache on one server (what a site runs) sends get, set,
+    # set_many and every command straight to the store's methods, which drop a write's keys
+    # themselves: the same guarantees, checked in a process of its own, sync and async
+    # (this test process holds many near caches, and takes the path for several).
+    near_server.flushall()
+    script = textwrap.dedent(
+        f"""
+        import asyncio, time
+        import django
+        from django.conf import settings
+        common = {{"BACKEND": "redoxide.RedisCache", "LOCATION": {near_server.url!r},
+                   "KEY_PREFIX": "alone"}}
+        settings.configure(CACHES={{
+            "default": {{**common, "OPTIONS": {{"NEAR_CACHE": {OPTIONS!r}}}}},
+            "plain": common,
+        }})
+        django.setup()
+        from django.core.cache import cache, caches
+        plain = caches["plain"]
+        assert {{"get", "execute", "set", "set_many"}} <= set(cache._client.__dict__)
+
+        def until(what, check):
+            deadline = time.monotonic() + 10
+            while not check():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.005)
+
+        until("serving", lambda: cache.get("x") is None and cache.near_cache_stats()["serving"])
+        plain.set_many({{"hot": 0, "other": 0}})
+        for _ in range({AFTER + 1}):
+            assert cache.get("hot") == 0
+        stats = cache.near_cache_stats()
+        assert stats["installs"] == 1 and stats["hits"] == 1, stats
+        cache.set("hot", 1)  # in use: through the tracking connection, kept
+        assert cache.get("hot") == 1
+        assert cache.near_cache_stats()["own_writes_kept"] == 1
+        plain.set("hot", 2)
+        until("another client's write", lambda: cache.get("hot") == 2)
+        assert cache.incr("hot") == 3 and cache.get("hot") == 3
+        cache.set_many({{"hot": 4, "other": 4}})
+        assert cache.get_many(["hot", "other"]) == {{"hot": 4, "other": 4}}
+        assert cache.delete("hot") and cache.get("hot") is None
+        assert cache.has_key("other") and not cache.has_key("hot")
+
+        async def main():
+            await cache.aset("hot", 5)
+            assert await cache.aget("hot") == 5
+            assert await cache.aincr("hot") == 6 and await cache.aget("hot") == 6
+            await cache.aset_many({{"hot": 7}})
+            assert await cache.aget("hot") == 7
+            assert await cache.adelete("hot") and await cache.aget("hot") is None
+            cache.clear()
+            assert await cache.aget("other") is None
+
+        asyncio.run(main())
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

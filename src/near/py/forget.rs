@@ -4,38 +4,27 @@
 
 use pyo3::prelude::*;
 
+use super::writes::Drops;
 use super::{key_bytes, NearCache};
 use crate::commands::{self, Effect};
-use crate::near::store::Flush;
 
 impl NearCache {
     /// Drop the tracked keys among a command's arguments; whether there were any.
-    pub(super) fn forget_command(&self, command: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(super) fn forget_command(&self, command: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
         let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
-        self.forget_args(&items)
+        Ok(self.drops_of(&items).map(|drops| drops.apply(&self.near, count)).is_some())
     }
 
-    fn forget_args(&self, args: &[Bound<'_, PyAny>]) -> PyResult<bool> {
-        let Some(name) = args.first().and_then(key_bytes) else { return Ok(false) };
+    /// What a command sent through the cache drops (None: nothing, a read or a control
+    /// command, or a write of no tracked key).
+    pub(super) fn drops_of(&self, args: &[Bound<'_, PyAny>]) -> Option<Drops> {
+        let name = args.first().and_then(key_bytes)?;
         // What the command table says it does (src/commands.rs); a command without a row is
         // taken for a write.
         match commands::facts(name).map_or(Effect::Write, |facts| facts.effect) {
-            Effect::Read | Effect::Control => return Ok(false),
-            Effect::Flush => {
-                self.near.store.flush(Flush::Own);
-                return Ok(true);
-            }
-            Effect::Write => {}
+            Effect::Read | Effect::Control => None,
+            Effect::Flush => Some(Drops::All),
+            Effect::Write => self.drops_keys(args[1..].iter().filter_map(key_bytes)),
         }
-        let mut any = false;
-        for arg in &args[1..] {
-            if let Some(bytes) = key_bytes(arg) {
-                if self.near.tracks(bytes) {
-                    self.near.forget(bytes);
-                    any = true;
-                }
-            }
-        }
-        Ok(any)
     }
 }

@@ -22,12 +22,24 @@ pub(super) type Live = (u64, Weak<Pushed>);
 
 impl Near {
     /// Drop `key` before (and after) this process writes it: with admission by use, a key
-    /// written while not in use has its reads forgotten (see sketch.rs).
-    pub fn forget(&self, key: &[u8]) {
+    /// written while not in use has the write counted against its reads (see sketch.rs) if
+    /// `count` (the drop before it; not the one after).
+    pub fn forget(&self, key: &[u8], count: bool) {
         let (_, in_use) = self.store.invalidate_in_use(key, self.optin());
-        if let (Some(admission), false) = (&self.admission, in_use) {
-            admission.sketch.reset(key);
+        if let (Some(admission), false, true) = (&self.admission, in_use, count) {
+            admission.sketch.written(key);
         }
+    }
+
+    /// `forget` of each of `keys`, under one lock of the store; the tokens issued so far
+    /// (`Store::issued`).
+    pub fn forget_keys(&self, keys: &[Box<[u8]>], count: bool) -> u64 {
+        let admission = self.admission.as_ref().filter(|_| count);
+        self.store.invalidate_keys(keys, self.optin(), |key, in_use| {
+            if let (Some(admission), false) = (admission, in_use) {
+                admission.sketch.written(key);
+            }
+        })
     }
 
     /// Admission by use, if that is how keys are kept.

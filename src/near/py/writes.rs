@@ -1,0 +1,122 @@
+//! This process' writes on one server through the near cache, in one call into the core: the
+//! tracked keys a write names are dropped before it is sent and again once it is answered (as
+//! its awaitable converts the answer, or is dropped unconverted), what `near.py`'s `_write`
+//! does for every topology and for several near caches in one process.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use super::NearCache;
+use crate::bridge::{Bridge, Finish};
+use crate::near::store::Flush;
+use crate::near::tracking::Near;
+use crate::near::write;
+use crate::proto::Request;
+use crate::py::client::{Client, Convert};
+
+/// What a write drops from the store.
+pub(super) enum Drops {
+    /// These tracked keys (a key not in use also has its reads forgotten: admission by use).
+    Keys(Vec<Box<[u8]>>),
+    /// Everything (FLUSHDB, FLUSHALL, SWAPDB).
+    All,
+}
+
+impl Drops {
+    /// Drop them (`count`: count the write against the keys' reads, the first time); the
+    /// tokens issued so far (`Store::issued`).
+    pub(super) fn apply(&self, near: &Near, count: bool) -> u64 {
+        match self {
+            Drops::Keys(keys) => near.forget_keys(keys, count),
+            Drops::All => {
+                near.store.flush(Flush::Own);
+                near.store.issued()
+            }
+        }
+    }
+}
+
+/// Drops again when it goes: once the write is answered, or with an awaitable that never
+/// converted an answer (a fill that read the old value meanwhile is killed either way);
+/// nothing to do if no fill or own write was registered since the first drop (`issued`).
+struct Again {
+    near: Arc<Near>,
+    drops: Drops,
+    issued: u64,
+}
+
+impl Drop for Again {
+    fn drop(&mut self) {
+        if matches!(self.drops, Drops::All) || self.near.store.issued() != self.issued {
+            self.drops.apply(&self.near, false);
+        }
+    }
+}
+
+impl NearCache {
+    /// Run `req` on `client` (one server), dropping `drops` before it is sent and again once
+    /// it is answered: its converted reply, or with `bridge` its awaitable.
+    pub(super) fn write_dropping(
+        &self,
+        py: Python<'_>,
+        client: &Client,
+        drops: Option<Drops>,
+        req: Request,
+        convert: Convert,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        let Some(drops) = drops else { return client.run(py, bridge, req, convert) };
+        let issued = drops.apply(&self.near, true);
+        let again = Again { near: Arc::clone(&self.near), drops, issued };
+        match bridge {
+            None => {
+                let out = client.run_sync(py, req, convert);
+                drop(again);
+                out
+            }
+            Some(bridge) => {
+                let pending = client.run_async(py, bridge, req, convert)?;
+                let finish: Finish = Box::new(move |py: Python<'_>, reply| {
+                    let out = convert(py, reply);
+                    drop(again);
+                    out
+                });
+                Ok(Py::new(py, pending.with_finish(finish))?.into_any())
+            }
+        }
+    }
+
+    /// The tracked keys among `keys`, as what a write of them drops (None: none).
+    pub(super) fn drops_keys<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Option<Drops> {
+        let tracked: Vec<Box<[u8]>> = keys.filter(|k| self.near.tracks(k)).map(Box::from).collect();
+        (!tracked.is_empty()).then_some(Drops::Keys(tracked))
+    }
+
+    /// The one warning of a refusal (of tracking: the near cache is off; or of the database
+    /// marker), on the cache's logger.
+    pub(super) fn warn(&self, py: Python<'_>) -> PyResult<()> {
+        let logger = py.import("logging")?.call_method1("getLogger", (&*self.logger,))?;
+        logger.call_method1("warning", ("redoxide: %s", self.near.notice()))?;
+        Ok(())
+    }
+
+    /// Send a write through the tracking connection: its converted reply (sync) or its
+    /// awaitable; NotImplemented when there is none to send.
+    pub(super) fn send_write(
+        &self,
+        py: Python<'_>,
+        write: Option<write::Write>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        let Some(write) = write else { return Ok(py.NotImplemented()) };
+        match bridge {
+            None => {
+                let convert = write.convert();
+                let reply = py.detach(|| write.call(&self.near))?;
+                convert(py, reply)
+            }
+            Some(bridge) => Ok(Py::new(py, write.submit(&self.near, bridge)?)?.into_any()),
+        }
+    }
+}
