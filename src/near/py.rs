@@ -78,15 +78,17 @@ impl NearCache {
             return Ok(if reason.is_some() { Found::Refused } else { Found::NotKept });
         }
         near.start()?;
-        let serve = near.gate();
         let by_use = near.admission();
         let mut hit = None;
         let store = &near.store;
+        // (The gate, which reads the clock, is asked only when a copy is kept, or a fill is
+        // to be waited for.)
+        let serve = || near.gate();
         let mut got = store
             .lookup_as(key, serve, may_wait, by_use.is_some(), |v| hit = Some(PyBytes::new(py, v)));
         if got == Got::Busy {
             py.detach(|| store.wait_for_fill(key, FILL_WAIT));
-            got = store.lookup_as(key, near.gate(), false, by_use.is_some(), |v| {
+            got = store.lookup_as(key, serve, false, by_use.is_some(), |v| {
                 hit = Some(PyBytes::new(py, v))
             });
         }

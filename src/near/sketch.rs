@@ -2,8 +2,9 @@
 //! and written lately, estimated in bounded memory, so that only keys read often enough, and
 //! far more often than they are written, are kept (and tracked by the server).
 //!
-//! Two count-min sketches (reads and writes) of `DEPTH` rows of byte counters over the same
-//! slots, with conservative update (an event raises only the counters at the key's current
+//! A count-min sketch of reads and one of writes, `DEPTH` rows of byte counters each, laid
+//! out in blocks of one cache line that hold every counter of the keys they hold (`Block`),
+//! with conservative update (an event raises only the counters at the key's current
 //! estimate, which keeps collisions from inflating it) and aging: after `width` reads every
 //! counter is halved, so a key must be read again to stay frequent, and what was hot an hour
 //! ago weighs nothing now. A key read once among `width` others is taken for a frequent one
@@ -24,75 +25,87 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use twox_hash::XxHash3_64;
 
-/// Rows, each indexed by its own hash of the key.
+/// Rows: a key has a counter of each kind in each.
 const DEPTH: usize = 4;
-/// Counters per row at the least and at the most.
-const MIN_WIDTH: usize = 1 << 12;
-const MAX_WIDTH: usize = 1 << 21;
+/// Counters of each kind per row in a block.
+const PER_ROW: usize = 8;
+/// Where a block's write counters start (its read counters are before).
+const WRITES: usize = DEPTH * PER_ROW;
+/// Blocks at the least and at the most (32 KiB and 16 MiB).
+const MIN_BLOCKS: usize = 1 << 9;
+const MAX_BLOCKS: usize = 1 << 18;
 
 /// A key is kept only when read at least this many times as often as written (lately).
 pub const READS_PER_WRITE: u16 = 4;
 
+/// One cache line: every counter of the keys it holds (a key's block is picked by its hash,
+/// and one counter of each kind in each row by more bits of it), so that counting a key's
+/// read or write touches one line of memory, not one per row.
+#[repr(align(64))]
+struct Block([AtomicU8; 2 * WRITES]);
+
 /// Read and write frequencies of keys.
 pub struct Sketch {
-    counters: Box<[AtomicU8]>,
-    writes: Box<[AtomicU8]>,
-    /// Counters per row, a power of two.
-    width: usize,
+    blocks: Box<[Block]>,
     /// Reads counted since the last halving.
     reads: AtomicU64,
+    /// Reads between halvings: as many as a row has counters.
+    period: u64,
     /// Set while one caller halves.
     halving: AtomicBool,
 }
 
 impl Sketch {
-    /// A sketch sized for a store of `max_bytes` (a counter of each kind per 256 bytes,
-    /// within bounds: from 32 KiB to 16 MiB of counters).
+    /// A sketch sized for a store of `max_bytes` (a counter of each kind in each row per 256
+    /// bytes, within bounds: from 32 KiB to 16 MiB in all).
     pub fn for_bytes(max_bytes: usize) -> Self {
-        let width = (max_bytes / 256).clamp(MIN_WIDTH, MAX_WIDTH).next_power_of_two();
+        let blocks =
+            (max_bytes / (256 * PER_ROW)).clamp(MIN_BLOCKS, MAX_BLOCKS).next_power_of_two();
         Sketch {
-            counters: (0..width * DEPTH).map(|_| AtomicU8::new(0)).collect(),
-            writes: (0..width * DEPTH).map(|_| AtomicU8::new(0)).collect(),
-            width,
+            blocks: (0..blocks).map(|_| Block(std::array::from_fn(|_| AtomicU8::new(0)))).collect(),
             reads: AtomicU64::new(0),
+            period: (blocks * PER_ROW) as u64,
             halving: AtomicBool::new(false),
         }
     }
 
     /// The bytes its counters take.
     pub fn bytes(&self) -> usize {
-        self.counters.len() + self.writes.len()
+        self.blocks.len() * std::mem::size_of::<Block>()
     }
 
-    /// The counters of `key`, one per row.
-    fn slots(&self, key: &[u8]) -> [usize; DEPTH] {
+    /// The block of `key`, and where its read counters are in it (its write counters are
+    /// `WRITES` after each).
+    fn place(&self, key: &[u8]) -> (&[AtomicU8; 2 * WRITES], [usize; DEPTH]) {
         let h = XxHash3_64::oneshot(key);
-        // Rows indexed by h1 + i * h2 (double hashing), h2 odd so that no row repeats another.
-        let (h1, h2) = (h as usize, ((h >> 32) as usize) | 1);
-        let mask = self.width - 1;
-        std::array::from_fn(|i| i * self.width + (h1.wrapping_add(i.wrapping_mul(h2)) & mask))
+        let block = &self.blocks[(h as usize) & (self.blocks.len() - 1)].0;
+        let bits = (h >> 32) as usize;
+        (block, std::array::from_fn(|i| i * PER_ROW + ((bits >> (3 * i)) & (PER_ROW - 1))))
     }
 
     /// Count one read of `key`: whether it is now read often enough to be kept (at least
     /// `after` reads lately, and `READS_PER_WRITE` times its writes).
     pub fn read(&self, key: &[u8], after: u8) -> bool {
-        let slots = self.slots(key);
-        let reads = bump(&self.counters, &slots).saturating_add(1);
-        if self.reads.fetch_add(1, Ordering::Relaxed) + 1 >= self.width as u64 {
+        let (block, at) = self.place(key);
+        let reads = bump(block, at).saturating_add(1);
+        let writes = min(block, at.map(|i| i + WRITES));
+        if self.reads.fetch_add(1, Ordering::Relaxed) + 1 >= self.period {
             self.age();
         }
-        reads >= after && u16::from(reads) >= READS_PER_WRITE * u16::from(min(&self.writes, &slots))
+        reads >= after && u16::from(reads) >= READS_PER_WRITE * u16::from(writes)
     }
 
     /// Count one write of `key` (while it was not in use here).
     pub fn written(&self, key: &[u8]) {
-        bump(&self.writes, &self.slots(key));
+        let (block, at) = self.place(key);
+        bump(block, at.map(|i| i + WRITES));
     }
 
     /// Estimated reads of `key` (for tests).
     #[cfg(test)]
     fn estimate(&self, key: &[u8]) -> u8 {
-        min(&self.counters, &self.slots(key))
+        let (block, at) = self.place(key);
+        min(block, at)
     }
 
     /// Count one read of `key` (for tests): its estimated reads, this one included.
@@ -108,7 +121,7 @@ impl Sketch {
             return;
         }
         self.reads.store(0, Ordering::Relaxed);
-        for c in self.counters.iter().chain(self.writes.iter()) {
+        for c in self.blocks.iter().flat_map(|b| b.0.iter()) {
             let v = c.load(Ordering::Relaxed);
             if v != 0 {
                 c.store(v / 2, Ordering::Relaxed);
@@ -118,20 +131,19 @@ impl Sketch {
     }
 }
 
-/// The estimate of the key at `slots` in `counters`: the least of its counters.
-fn min(counters: &[AtomicU8], slots: &[usize; DEPTH]) -> u8 {
-    slots.iter().map(|&s| counters[s].load(Ordering::Relaxed)).min().unwrap_or(0)
+/// The estimate of the key whose counters are at `at` in `block`: the least of them.
+fn min(block: &[AtomicU8], at: [usize; DEPTH]) -> u8 {
+    at.iter().map(|&i| block[i].load(Ordering::Relaxed)).min().unwrap_or(0)
 }
 
-/// Count one event of the key at `slots`: raise those of its counters at its estimate
-/// (conservative update); the estimate before.
-fn bump(counters: &[AtomicU8], slots: &[usize; DEPTH]) -> u8 {
-    let seen = min(counters, slots);
+/// Count one event of the key whose counters are at `at`: raise those of them at its
+/// estimate (conservative update); the estimate before.
+fn bump(block: &[AtomicU8], at: [usize; DEPTH]) -> u8 {
+    let seen = min(block, at);
     if seen < u8::MAX {
-        for &s in slots {
-            let c = &counters[s];
-            if c.load(Ordering::Relaxed) == seen {
-                c.store(seen + 1, Ordering::Relaxed);
+        for i in at {
+            if block[i].load(Ordering::Relaxed) == seen {
+                block[i].store(seen + 1, Ordering::Relaxed);
             }
         }
     }
@@ -145,12 +157,12 @@ mod tests {
     #[test]
     fn a_key_is_counted_per_read_and_others_stay_apart() {
         let s = Sketch::for_bytes(0);
-        assert_eq!(s.width, MIN_WIDTH);
+        assert_eq!(s.period, (MIN_BLOCKS * PER_ROW) as u64);
         for n in 1..=5 {
             assert_eq!(s.record(b"hot"), n);
         }
-        // A thousand keys read once each: in a sketch of 4,096 per row, next to none looks
-        // like it was read twice, and none three times.
+        // A thousand keys read once each: in a sketch of 512 blocks (4,096 counters per row),
+        // next to none looks like it was read twice.
         let twice = (0..1000).filter(|i| s.record(format!("cold:{i}").as_bytes()) >= 2).count();
         assert!(twice < 10, "{twice} of 1,000 keys read once looked read twice");
         assert!(s.estimate(b"hot") >= 5);
@@ -181,7 +193,7 @@ mod tests {
         }
         assert_eq!(s.estimate(b"hot"), 40);
         // The rest of a period's reads, on other keys: every count is halved once.
-        for i in 0..(MIN_WIDTH - 40) {
+        for i in 0..(MIN_BLOCKS * PER_ROW - 40) {
             s.record(format!("k{i}").as_bytes());
         }
         assert_eq!(s.estimate(b"hot"), 20);
@@ -195,7 +207,8 @@ mod tests {
             s.record(b"k");
         }
         assert_eq!(s.estimate(b"k"), u8::MAX);
-        assert_eq!(Sketch::for_bytes(usize::MAX).bytes(), 2 * MAX_WIDTH * DEPTH);
-        assert_eq!(Sketch::for_bytes(32 << 20).bytes(), 2 * (1 << 17) * DEPTH);
+        assert_eq!(Sketch::for_bytes(usize::MAX).bytes(), 16 << 20);
+        assert_eq!(Sketch::for_bytes(32 << 20).bytes(), 1 << 20);
+        assert_eq!(Sketch::for_bytes(0).bytes(), 32 << 10);
     }
 }

@@ -149,28 +149,31 @@ impl Store {
     /// `may_wait` and another fill of the key is in flight, register nothing (`Busy`).
     #[cfg(test)]
     pub fn lookup(&self, key: &[u8], serve: bool, may_wait: bool, copy: impl FnOnce(&[u8])) -> Got {
-        self.lookup_as(key, serve, may_wait, false, copy)
+        self.lookup_as(key, || serve, may_wait, false, copy)
     }
 
     /// `lookup`; with `by_use` (admission by use), a key that is not kept, being filled,
     /// written or waiting for a refresh registers nothing and is `Unknown`.
+    /// `serve` is asked only when it matters (a kept copy, or a fill to wait for): it reads
+    /// the clock, as the expiry check does only for a kept copy.
     pub fn lookup_as(
         &self,
         key: &[u8],
-        serve: bool,
+        serve: impl FnOnce() -> bool,
         may_wait: bool,
         by_use: bool,
         copy: impl FnOnce(&[u8]),
     ) -> Got {
-        let now = now_ns();
+        let (mut ask, mut answer) = (Some(serve), None);
+        let mut serve = || *answer.get_or_insert_with(|| ask.take().is_some_and(|f| f()));
         let mut inner = self.lock();
         let mut known = false;
         if let Some(&idx) = inner.map.get(key) {
             known = true;
-            if inner.nodes[idx].expires_ns <= now {
+            if inner.nodes[idx].expires_ns <= now_ns() {
                 inner.remove(idx);
                 self.stats.expired.fetch_add(1, Ordering::Relaxed);
-            } else if serve {
+            } else if serve() {
                 inner.touch(idx);
                 inner.nodes[idx].heat = HOT;
                 let value = Arc::clone(&inner.nodes[idx].value);
@@ -185,7 +188,7 @@ impl Store {
             }
         }
         let busy = inner.pending.contains_key(key) || inner.writing.contains_key(key);
-        if may_wait && serve && busy {
+        if may_wait && busy && serve() {
             self.stats.fill_waits.fetch_add(1, Ordering::Relaxed);
             return Got::Busy;
         }
@@ -199,7 +202,7 @@ impl Store {
         {
             return Got::Unknown;
         }
-        Got::Miss(inner.register(key, now))
+        Got::Miss(inner.register(key, now_ns()))
     }
 
     /// Register a fill of a key a lookup found `Unknown` and admission by use admitted.
@@ -658,20 +661,20 @@ mod tests {
     #[test]
     fn by_use_a_key_not_kept_registers_nothing_until_admitted() {
         let s = store(10_000);
-        assert_eq!(s.lookup_as(b"k", true, false, true, |_| {}), Got::Unknown);
+        assert_eq!(s.lookup_as(b"k", || true, false, true, |_| {}), Got::Unknown);
         assert_eq!(s.size().2, 0);
         let token = s.admit(b"k");
         // A second caller while the fill is in flight shares it (admitted already).
-        assert_eq!(s.lookup_as(b"k", true, false, true, |_| {}), Got::Miss(token));
+        assert_eq!(s.lookup_as(b"k", || true, false, true, |_| {}), Got::Miss(token));
         assert!(s.install(b"k", token, b"v", -1));
         let mut out = Vec::new();
-        assert_eq!(s.lookup_as(b"k", true, false, true, |v| out = v.to_vec()), Got::Hit);
+        assert_eq!(s.lookup_as(b"k", || true, false, true, |v| out = v.to_vec()), Got::Hit);
         assert_eq!(out, b"v");
         // Kept but not servable (the gate shut), or waiting for a refresh: filled again.
-        assert!(matches!(s.lookup_as(b"k", false, false, true, |_| {}), Got::Miss(_)));
+        assert!(matches!(s.lookup_as(b"k", || false, false, true, |_| {}), Got::Miss(_)));
         kept(&s, &[b"r"], &[b"r"]);
         s.invalidate_from_server([&b"r"[..]].into_iter());
-        assert!(matches!(s.lookup_as(b"r", true, false, true, |_| {}), Got::Miss(_)));
+        assert!(matches!(s.lookup_as(b"r", || true, false, true, |_| {}), Got::Miss(_)));
         assert_eq!(s.stats.admitted.load(Ordering::Relaxed), 1);
     }
 
