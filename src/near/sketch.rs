@@ -87,6 +87,9 @@ impl Sketch {
     /// `after` reads lately, and `READS_PER_WRITE` times its writes).
     pub fn read(&self, key: &[u8], after: u8) -> bool {
         let (block, at) = self.place(key);
+        if min(block, at) == u8::MAX {
+            halve(block, at);
+        }
         let reads = bump(block, at).saturating_add(1);
         let writes = min(block, at.map(|i| i + WRITES));
         if self.reads.fetch_add(1, Ordering::Relaxed) + 1 >= self.period {
@@ -98,6 +101,9 @@ impl Sketch {
     /// Count one write of `key` (while it was not in use here).
     pub fn written(&self, key: &[u8]) {
         let (block, at) = self.place(key);
+        if min(block, at.map(|i| i + WRITES)) == u8::MAX {
+            halve(block, at);
+        }
         bump(block, at.map(|i| i + WRITES));
     }
 
@@ -134,6 +140,15 @@ impl Sketch {
 /// The estimate of the key whose counters are at `at` in `block`: the least of them.
 fn min(block: &[AtomicU8], at: [usize; DEPTH]) -> u8 {
     at.iter().map(|&i| block[i].load(Ordering::Relaxed)).min().unwrap_or(0)
+}
+
+/// Halve the read and the write counters of the key whose read counters are at `at`: one
+/// of its counts is full, and the two must keep their ratio (a key read and written as often,
+/// both counts full, is not a key read far more often than written).
+fn halve(block: &[AtomicU8], at: [usize; DEPTH]) {
+    for i in at.into_iter().chain(at.map(|i| i + WRITES)) {
+        block[i].store(block[i].load(Ordering::Relaxed) / 2, Ordering::Relaxed);
+    }
 }
 
 /// Count one event of the key whose counters are at `at`: raise those of them at its
@@ -201,12 +216,24 @@ mod tests {
     }
 
     #[test]
-    fn counts_saturate_and_memory_is_bounded() {
+    fn full_counts_halve_with_their_ratio_and_memory_is_bounded() {
         let s = Sketch::for_bytes(0);
         for _ in 0..300 {
             s.record(b"k");
         }
-        assert_eq!(s.estimate(b"k"), u8::MAX);
+        // Full at 255, halved, and counted on: 128 + 44.
+        assert_eq!(s.estimate(b"k"), 172);
+        // Read and written alike, as fast as can be: never kept, full or not.
+        for n in 0..2000 {
+            s.written(b"both");
+            assert!(!s.read(b"both", 2), "read {n}");
+        }
+        // Read twenty times per write: kept, full or not.
+        for _ in 0..100 {
+            s.written(b"hot");
+            (0..19).for_each(|_| _ = s.read(b"hot", 2));
+            assert!(s.read(b"hot", 2));
+        }
         assert_eq!(Sketch::for_bytes(usize::MAX).bytes(), 16 << 20);
         assert_eq!(Sketch::for_bytes(32 << 20).bytes(), 1 << 20);
         assert_eq!(Sketch::for_bytes(0).bytes(), 32 << 10);
