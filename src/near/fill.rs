@@ -12,7 +12,7 @@
 //! installed there. When that connection is not up, the keys are read the usual way and
 //! nothing is installed.
 
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -207,20 +207,33 @@ fn send_on(
     conn.send(&req, Done::then(then), None);
 }
 
-/// `send_on`, blocking (GIL released) for at most the response timeout.
-fn wait_on(
-    py: Python<'_>,
-    near: &Arc<Near>,
-    client: &Client,
-    conn: &Pushed,
-    keys: Vec<FillKey>,
-    asked: usize,
-) -> Result<Vec<Value>, Error> {
-    let (tx, rx) = sync_channel(1);
-    send_on(near, client, conn, keys, asked, move |outcome| drop(tx.send(outcome)));
-    let timeout = conn.response_timeout();
-    py.detach(move || rx.recv_timeout(timeout + GRACE))
-        .unwrap_or_else(|_| Err(Error::Timeout(format!("Redis did not answer within {timeout:?}"))))
+/// A fill sent through a tracking connection by a sync caller, to be waited for.
+struct Sent {
+    rx: Receiver<Result<Vec<Value>, Error>>,
+    timeout: Duration,
+}
+
+impl Sent {
+    /// `send_on` for a sync caller.
+    fn start(
+        near: &Arc<Near>,
+        client: &Client,
+        conn: &Pushed,
+        keys: Vec<FillKey>,
+        asked: usize,
+    ) -> Self {
+        let (tx, rx) = sync_channel(1);
+        send_on(near, client, conn, keys, asked, move |outcome| drop(tx.send(outcome)));
+        Sent { rx, timeout: conn.response_timeout() }
+    }
+
+    /// Its values, waited for (GIL released) at most the response timeout.
+    fn wait(self, py: Python<'_>) -> Result<Vec<Value>, Error> {
+        let Sent { rx, timeout } = self;
+        py.detach(move || rx.recv_timeout(timeout + GRACE)).unwrap_or_else(|_| {
+            Err(Error::Timeout(format!("Redis did not answer within {timeout:?}")))
+        })
+    }
 }
 
 /// A fill of `keys` through the tracking connection `conn`: the first `asked` values, or
@@ -237,7 +250,7 @@ fn fill_on(
     convert: Convert,
 ) -> PyResult<Py<PyAny>> {
     let Some(bridge) = bridge else {
-        let values = wait_on(py, near, client, conn, keys, asked)?;
+        let values = Sent::start(near, client, conn, keys, asked).wait(py)?;
         return convert(py, Value::Array(values));
     };
     let slot = Slot::new();
@@ -373,11 +386,8 @@ pub fn fill_fanout<'py>(
     let mut sent = Vec::new();
     for (at, (client, keys)) in parts.iter_mut().enumerate() {
         if let Some(conn) = through_tracking(near, client, keys) {
-            let (tx, rx) = sync_channel(1);
             let asked = keys.len();
-            let keys = std::mem::take(keys);
-            send_on(near, client, &conn, keys, asked, move |outcome| drop(tx.send(outcome)));
-            sent.push((at, rx, conn.response_timeout()));
+            sent.push((at, Sent::start(near, client, &conn, std::mem::take(keys), asked)));
         }
     }
     let rest: Vec<usize> = (0..parts.len()).filter(|at| !sent.iter().any(|s| s.0 == *at)).collect();
@@ -389,11 +399,8 @@ pub fn fill_fanout<'py>(
         let (client, keys) = &parts[at];
         outcomes[at] = Some(settle(near, keys, client.addr(), outcome, false));
     }
-    for (at, rx, timeout) in sent {
-        let outcome = py.detach(move || rx.recv_timeout(timeout + GRACE)).unwrap_or_else(|_| {
-            Err(Error::Timeout(format!("Redis did not answer within {timeout:?}")))
-        });
-        outcomes[at] = Some(outcome);
+    for (at, waiting) in sent {
+        outcomes[at] = Some(waiting.wait(py));
     }
     let out = PyList::empty(py);
     for outcome in outcomes {
