@@ -13,6 +13,7 @@
 //!   `redoxide/near.py`.
 
 pub(crate) mod fill;
+mod key_hash;
 mod py;
 mod ready;
 mod sketch;

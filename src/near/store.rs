@@ -10,6 +10,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::key_hash::KeyHash;
+
+/// The store's maps, keyed by server key.
+type KeyMap<V> = HashMap<Box<[u8]>, V, KeyHash>;
+
 /// Nanoseconds on a monotonic clock (since the first call; never 0 after it).
 pub fn now_ns() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
@@ -63,7 +68,7 @@ struct Node {
 
 /// The part behind the lock.
 struct Inner {
-    map: HashMap<Box<[u8]>, usize>,
+    map: KeyMap<usize>,
     /// Entries in a slab, linked most recently used first.
     nodes: Vec<Node>,
     free: Vec<usize>,
@@ -73,7 +78,7 @@ struct Inner {
     /// Fills in flight: key -> (token, when it was first registered, fills sharing it). An
     /// invalidation of the key removes it; a flush clears all.
     /// The heat its value comes in with is the fourth.
-    pending: HashMap<Box<[u8]>, (u64, u64, u32, u8)>,
+    pending: KeyMap<(u64, u64, u32, u8)>,
     next_token: u64,
     /// Bumped by every flush: a token from an older epoch never installs.
     epoch: u64,
@@ -81,10 +86,10 @@ struct Inner {
     waiters: usize,
     /// This process' writes in flight through the tracking connection (which the server
     /// does not tell us about: NOLOOP), by key.
-    writing: HashMap<Box<[u8]>, Writing>,
+    writing: KeyMap<Writing>,
     /// Kept keys another client's write invalidated while they were being hit: the next fill
     /// this process sends reads them too (`take_refresh`), in the same round trip.
-    refresh: HashMap<Box<[u8]>, u8>,
+    refresh: KeyMap<u8>,
 }
 
 /// What a lookup found.
@@ -117,21 +122,22 @@ pub struct Store {
 impl Store {
     /// An empty store.
     pub fn new(limits: Limits) -> Self {
+        let seed = KeyHash::random();
         Store {
             limits,
             inner: Mutex::new(Inner {
-                map: HashMap::new(),
+                map: KeyMap::with_hasher(seed),
                 nodes: Vec::new(),
                 free: Vec::new(),
                 head: NIL,
                 tail: NIL,
                 bytes: 0,
-                pending: HashMap::new(),
+                pending: KeyMap::with_hasher(seed),
                 next_token: 1,
                 epoch: 0,
                 waiters: 0,
-                writing: HashMap::new(),
-                refresh: HashMap::new(),
+                writing: KeyMap::with_hasher(seed),
+                refresh: KeyMap::with_hasher(seed),
             }),
             filled: Condvar::new(),
             stats: Stats::default(),
@@ -315,14 +321,15 @@ impl Store {
 
     /// `invalidate_in_use` of each of `keys` under one lock, telling `used` of each whether
     /// it is in use; the tokens issued so far (see `issued`).
-    pub fn invalidate_keys(
+    pub fn invalidate_keys<K: AsRef<[u8]>>(
         &self,
-        keys: &[Box<[u8]>],
+        keys: &[K],
         remember: bool,
         mut used: impl FnMut(&[u8], bool),
     ) -> u64 {
         let mut inner = self.lock();
         for key in keys {
+            let key = key.as_ref();
             let (_, in_use) = inner.drop_in_use(key, remember);
             used(key, in_use);
         }
@@ -399,7 +406,12 @@ impl Store {
 impl Inner {
     /// `Store::invalidate_in_use`, under the lock.
     fn drop_in_use(&mut self, key: &[u8], remember: bool) -> (bool, bool) {
-        let filling = self.pending.remove(key).map(|(.., heat)| heat);
+        // (A map is looked at only when it holds anything: hashing the key is most of the cost
+        // of a write of a key not kept, the usual case.)
+        let filling = match self.pending.is_empty() {
+            true => None,
+            false => self.pending.remove(key).map(|(.., heat)| heat),
+        };
         let pending = filling.is_some() | self.poison_write(key);
         // A copy with some heat, or a fill (a refresh) it kills, and its heat.
         let (found, heat) = match self.map.get(key) {
