@@ -164,26 +164,40 @@ impl Write {
         items: &[(&[u8], &[u8])],
         ttl_ms: Option<u64>,
     ) -> Option<Write> {
-        let mut kept = Vec::new();
-        for (i, (key, value)) in items.iter().enumerate() {
-            if near.tracks(key) {
-                if !near.store.keeps_size(value.len()) {
-                    return None;
-                }
-                kept.push((i, Box::from(*key), Box::from(*value), true));
-            }
-        }
-        if let Some(admission) = near.admission() {
-            // Only keys in use are kept (all of them looked up under one lock); the others'
-            // writes are counted, as a write the usual way does.
-            let mut used = vec![false; kept.len()];
-            near.store.in_use_each(kept.iter().map(|k| &*k.1), |at, in_use| used[at] = in_use);
-            kept.iter_mut().zip(used).for_each(|(k, in_use)| k.3 = in_use);
-            if !kept.iter().any(|k| k.3) {
+        if near.optin() {
+            // Admission by use: kept only if one of the keys is in use (looked up under one
+            // lock, nothing allocated: most writes of a view that keeps nothing end here, and
+            // go the usual way).
+            let mut any = false;
+            let tracked = items.iter().map(|(key, _)| *key).filter(|key| near.tracks(key));
+            near.store.in_use_each(tracked, |_, in_use| any |= in_use);
+            if !any {
                 return None;
             }
-            kept.iter().filter(|k| !k.3).for_each(|k| admission.sketch.written(&k.1));
         }
+        let tracked: Vec<usize> = (0..items.len()).filter(|&i| near.tracks(items[i].0)).collect();
+        if tracked.iter().any(|&i| !near.store.keeps_size(items[i].1.len())) {
+            return None;
+        }
+        // Which tracked keys this write keeps: all of them, or with admission by use those
+        // in use.
+        let mut keeps = vec![true; tracked.len()];
+        if let Some(admission) = near.admission() {
+            near.store.in_use_each(tracked.iter().map(|&i| items[i].0), |at, in_use| {
+                keeps[at] = in_use;
+            });
+            if !keeps.iter().any(|&k| k) {
+                return None;
+            }
+            // The others' writes are counted, as a write the usual way does.
+            let others = tracked.iter().zip(&keeps).filter(|(_, k)| !**k);
+            others.for_each(|(&i, _)| admission.sketch.written(items[i].0));
+        }
+        let mut kept: Vec<Kept> = tracked
+            .iter()
+            .zip(keeps)
+            .map(|(&i, install)| (i, Box::from(items[i].0), Box::from(items[i].1), install))
+            .collect();
         if kept.is_empty() {
             return None;
         }

@@ -17,7 +17,7 @@ impl NearCache {
 
     /// What a command sent through the cache drops (None: nothing, a read or a control
     /// command, or a write of no tracked key).
-    pub(super) fn drops_of(&self, args: &[Bound<'_, PyAny>]) -> Option<Drops> {
+    pub(super) fn drops_of<'a>(&self, args: &'a [Bound<'_, PyAny>]) -> Option<Drops<&'a [u8]>> {
         let name = args.first().and_then(key_bytes)?;
         // What the command table says it does (src/commands.rs); a command without a row is
         // taken for a write.

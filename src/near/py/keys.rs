@@ -2,6 +2,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
 
 use crate::near::fill::{self, FillKey};
 use crate::near::store::Token;
@@ -9,7 +10,13 @@ use crate::near::tracking::Near;
 
 /// A key's bytes, or None for a key the near cache cannot hold (not str or bytes).
 pub(super) fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
-    crate::py::functions::key_bytes(key).ok()
+    // (Not `functions::key_bytes`: an int among a command's arguments is no key, and needs
+    // no error message written.)
+    if let Ok(s) = key.cast::<PyString>() {
+        s.to_str().ok().map(str::as_bytes)
+    } else {
+        key.cast::<PyBytes>().ok().map(|b| b.as_bytes())
+    }
 }
 
 /// The keys of a fill paired with their tokens (int, or None: not kept here). A key that is

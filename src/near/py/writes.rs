@@ -15,19 +15,23 @@ use crate::near::write;
 use crate::proto::Request;
 use crate::py::client::{Client, Convert};
 
-/// What a write drops from the store.
-pub(super) enum Drops {
+/// What a write drops from the store: tracked keys (borrowed for a blocking write, owned
+/// by one that is awaited), or everything.
+pub(super) enum Drops<K> {
+    /// This tracked key (most writes name one: nothing allocated for it).
+    Key(K),
     /// These tracked keys (a key not in use also has its reads forgotten: admission by use).
-    Keys(Vec<Box<[u8]>>),
+    Keys(Vec<K>),
     /// Everything (FLUSHDB, FLUSHALL, SWAPDB).
     All,
 }
 
-impl Drops {
+impl<K: AsRef<[u8]>> Drops<K> {
     /// Drop them (`count`: count the write against the keys' reads, the first time); the
     /// tokens issued so far (`Store::issued`).
     pub(super) fn apply(&self, near: &Near, count: bool) -> u64 {
         match self {
+            Drops::Key(key) => near.forget_keys(std::slice::from_ref(key), count),
             Drops::Keys(keys) => near.forget_keys(keys, count),
             Drops::All => {
                 near.store.flush(Flush::Own);
@@ -35,20 +39,34 @@ impl Drops {
             }
         }
     }
+
+    /// The same drops, owning their keys (to outlive the call that named them).
+    fn owned(&self) -> Drops<Box<[u8]>> {
+        match self {
+            Drops::Key(key) => Drops::Key(Box::from(key.as_ref())),
+            Drops::Keys(keys) => Drops::Keys(keys.iter().map(|k| Box::from(k.as_ref())).collect()),
+            Drops::All => Drops::All,
+        }
+    }
+
+    /// Whether they must be dropped again once the write is answered: a fill or an own write
+    /// was registered since `issued` (else nothing can have been installed meanwhile).
+    fn again(&self, near: &Near, issued: u64) -> bool {
+        matches!(self, Drops::All) || near.store.issued() != issued
+    }
 }
 
 /// Drops again when it goes: once the write is answered, or with an awaitable that never
-/// converted an answer (a fill that read the old value meanwhile is killed either way);
-/// nothing to do if no fill or own write was registered since the first drop (`issued`).
+/// converted an answer (a fill that read the old value meanwhile is killed either way).
 struct Again {
     near: Arc<Near>,
-    drops: Drops,
+    drops: Drops<Box<[u8]>>,
     issued: u64,
 }
 
 impl Drop for Again {
     fn drop(&mut self) {
-        if matches!(self.drops, Drops::All) || self.near.store.issued() != self.issued {
+        if self.drops.again(&self.near, self.issued) {
             self.drops.apply(&self.near, false);
         }
     }
@@ -57,25 +75,28 @@ impl Drop for Again {
 impl NearCache {
     /// Run `req` on `client` (one server), dropping `drops` before it is sent and again once
     /// it is answered: its converted reply, or with `bridge` its awaitable.
-    pub(super) fn write_dropping(
+    pub(super) fn write_dropping<K: AsRef<[u8]>>(
         &self,
         py: Python<'_>,
         client: &Client,
-        drops: Option<Drops>,
+        drops: Option<Drops<K>>,
         req: Request,
         convert: Convert,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         let Some(drops) = drops else { return client.run(py, bridge, req, convert) };
         let issued = drops.apply(&self.near, true);
-        let again = Again { near: Arc::clone(&self.near), drops, issued };
         match bridge {
             None => {
+                // (The keys stay borrowed: nothing is copied for a blocking write.)
                 let out = client.run_sync(py, req, convert);
-                drop(again);
+                if drops.again(&self.near, issued) {
+                    drops.apply(&self.near, false);
+                }
                 out
             }
             Some(bridge) => {
+                let again = Again { near: Arc::clone(&self.near), drops: drops.owned(), issued };
                 let pending = client.run_async(py, bridge, req, convert)?;
                 let finish: Finish = Box::new(move |py: Python<'_>, reply| {
                     let out = convert(py, reply);
@@ -88,9 +109,14 @@ impl NearCache {
     }
 
     /// The tracked keys among `keys`, as what a write of them drops (None: none).
-    pub(super) fn drops_keys<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Option<Drops> {
-        let tracked: Vec<Box<[u8]>> = keys.filter(|k| self.near.tracks(k)).map(Box::from).collect();
-        (!tracked.is_empty()).then_some(Drops::Keys(tracked))
+    pub(super) fn drops_keys<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [u8]>,
+    ) -> Option<Drops<&'a [u8]>> {
+        let mut tracked = keys.filter(|k| self.near.tracks(k));
+        let first = tracked.next()?;
+        let Some(second) = tracked.next() else { return Some(Drops::Key(first)) };
+        Some(Drops::Keys([first, second].into_iter().chain(tracked).collect()))
     }
 
     /// The one warning of a refusal (of tracking: the near cache is off; or of the database

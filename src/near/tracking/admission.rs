@@ -33,7 +33,7 @@ impl Near {
 
     /// `forget` of each of `keys`, under one lock of the store; the tokens issued so far
     /// (`Store::issued`).
-    pub fn forget_keys(&self, keys: &[Box<[u8]>], count: bool) -> u64 {
+    pub fn forget_keys<K: AsRef<[u8]>>(&self, keys: &[K], count: bool) -> u64 {
         let admission = self.admission.as_ref().filter(|_| count);
         self.store.invalidate_keys(keys, self.optin(), |key, in_use| {
             if let (Some(admission), false) = (admission, in_use) {
