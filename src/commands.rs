@@ -272,6 +272,11 @@ pub fn position(name: &[u8]) -> Option<usize> {
         b"GET" => return Some(GET),
         b"SET" => return Some(SET),
         b"MGET" => return Some(MGET),
+        b"DEL" => return Some(DEL),
+        b"EXISTS" => return Some(EXISTS),
+        b"EVALSHA" => return Some(EVALSHA),
+        b"PTTL" => return Some(PTTL),
+        b"MSET" => return Some(MSET),
         _ => {}
     }
     TABLE
@@ -284,6 +289,22 @@ pub fn position(name: &[u8]) -> Option<usize> {
 const GET: usize = position_of("GET");
 const SET: usize = position_of("SET");
 const MGET: usize = position_of("MGET");
+const DEL: usize = position_of("DEL");
+const EXISTS: usize = position_of("EXISTS");
+const EVALSHA: usize = position_of("EVALSHA");
+const PTTL: usize = position_of("PTTL");
+const MSET: usize = position_of("MSET");
+// Each of them has a row.
+const _: () = assert!(
+    GET < TABLE.len()
+        && SET < TABLE.len()
+        && MGET < TABLE.len()
+        && DEL < TABLE.len()
+        && EXISTS < TABLE.len()
+        && EVALSHA < TABLE.len()
+        && PTTL < TABLE.len()
+        && MSET < TABLE.len()
+);
 
 /// The row of a command name in any case.
 pub fn facts(name: &[u8]) -> Option<&'static Facts> {
@@ -371,6 +392,10 @@ mod tests {
     #[test]
     fn a_name_is_found_in_any_case_and_a_prefix_is_not() {
         assert_eq!(facts(b"get").map(|f| f.name), Some("GET"));
+        for hot in ["GET", "SET", "MGET", "DEL", "EXISTS", "EVALSHA", "PTTL", "MSET"] {
+            assert_eq!(facts(hot.as_bytes()).map(|f| f.name), Some(hot));
+            assert_eq!(facts(hot.to_lowercase().as_bytes()).map(|f| f.name), Some(hot));
+        }
         assert_eq!(facts(b"MGet").map(|f| f.effect), Some(Read));
         assert!(facts(b"GE").is_none());
         assert!(facts(b"GETX").is_none());

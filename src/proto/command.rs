@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyString};
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 use redis::{Cmd, Pipeline};
 
 use crate::commands::{self, Facts};
@@ -57,7 +57,15 @@ pub fn push_arg(cmd: &mut Cmd, obj: &Bound<'_, PyAny>) -> PyResult<()> {
         cmd.arg(b.as_bytes());
     } else if let Ok(s) = obj.cast::<PyString>() {
         cmd.arg(s.to_str()?);
+    } else if obj.is_exact_instance_of::<PyInt>() {
+        // An int's digits, without a Python str made for them (one past 64 bits as Python
+        // writes it).
+        match obj.extract::<i64>() {
+            Ok(n) => cmd.arg(n),
+            Err(_) => cmd.arg(obj.str()?.to_str()?),
+        };
     } else if obj.is_instance_of::<PyInt>() {
+        // A bool, or an int subclass: as Python writes it ("True").
         cmd.arg(obj.str()?.to_str()?);
     } else if let Ok(f) = obj.extract::<f64>() {
         cmd.arg(f);
@@ -72,9 +80,18 @@ pub fn push_arg(cmd: &mut Cmd, obj: &Bound<'_, PyAny>) -> PyResult<()> {
 
 /// A command from a sequence of Python arguments, its name first.
 pub fn command_from(args: &Bound<'_, PyAny>) -> PyResult<Cmd> {
-    let mut cmd = Cmd::new();
-    for arg in args.try_iter()? {
-        push_arg(&mut cmd, &arg?)?;
+    let mut cmd;
+    if let Ok(tuple) = args.cast::<PyTuple>() {
+        // What the cache sends: a tuple, whose length sizes the command at once.
+        cmd = Cmd::with_capacity(tuple.len(), 32 * tuple.len());
+        for arg in tuple.iter() {
+            push_arg(&mut cmd, &arg)?;
+        }
+    } else {
+        cmd = Cmd::new();
+        for arg in args.try_iter()? {
+            push_arg(&mut cmd, &arg?)?;
+        }
     }
     if cmd.args_iter().next().is_none() {
         return Err(PyValueError::new_err("a command needs at least its name"));
