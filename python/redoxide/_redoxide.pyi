@@ -198,6 +198,13 @@ class NearCache:
         self, keys: Iterable[str | bytes], may_wait: bool = False
     ) -> tuple[list[bytes | int | bool | None] | None, bool]: ...
     def get(self, client: Client, key: str, bridge: Bridge | None = None) -> Any: ...
+    def mget(
+        self,
+        client: Client,
+        rest: Callable[[list[Any], list[Any], Bridge | None], Any],
+        keys: Iterable[str | bytes],
+        bridge: Bridge | None = None,
+    ) -> Any: ...
     def has(self, key: str | bytes) -> bool: ...
     def set(
         self,

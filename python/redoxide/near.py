@@ -12,9 +12,8 @@ coherent by the server's client tracking.
   FLUSHDB / FLUSHALL / SWAPDB drop everything;
 - the store and its tracking connections live in Rust (src/near/): invalidations are applied
   there without the GIL, and hits are refused while the tracking connections are silent;
-- on one server, as the only near cache of the process, get / execute / set / set_many are
-  the store's own methods (`_bind`): the lookup and fill, or the write and its drops, in one
-  call.
+- on one server, as the only near cache of the process, get / get_many / execute / set /
+  set_many are the store's own methods (`_bind`): lookups and fill, or a write and its drops.
 
 Fills read the primary whose tracking connection we listen to (a lagging replica could hand
 back a value older than an invalidation already sent): one protocol in the core
@@ -122,16 +121,16 @@ class NearClient(Topology):
                 client._bind()
 
     def _bind(self) -> None:
-        """get, execute, set and set_many as the store's methods (see the module's docstring),
-        or undone when a second near cache appears."""
+        """The store's methods (see the module's docstring), undone by a second near cache."""
         bound = self.__dict__
         alone = self._direct and len(_every) == 1 and _every[0] is self
         self._store.set_alone(alone)
         store, inner = self._store, self._inner
-        for name in ("get", "execute", "set", "set_many"):
+        for name in ("get", "execute", "set", "set_many", "mget"):
             bound.pop(name, None)
             if alone:
-                bound[name] = functools.partial(getattr(store, name), inner)
+                extra = (self._fill_rest,) if name == "mget" else ()
+                bound[name] = functools.partial(getattr(store, name), inner, *extra)
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -195,14 +194,11 @@ class NearClient(Topology):
 
     def _follow(self) -> bool:
         """Track the servers that own the keys now (a failover or a new slot map changes
-        them, and flushes); whether they are known.
-
-        Called before a fill and again before its install: a fill that made the router learn
-        new nodes (it followed a MOVED, the primary moved) may have read a node not tracked
-        yet, and the flush of the change kills its token. A slot moving between tracked
-        primaries needs no flush: in BCAST mode both the source (MIGRATE deletes the key) and
-        the target (every write) send their invalidations.
-        """
+        them, and flushes); whether they are known. Called before a fill and again before its
+        install: a fill that made the router learn new nodes (it followed a MOVED, the primary
+        moved) may have read a node not tracked yet, and the flush of the change kills its
+        token. A slot moving between tracked primaries needs no flush: in BCAST mode both the
+        source (MIGRATE deletes the key) and the target (every write) send invalidations."""
         if self._direct:
             return True
         nodes = primaries(self._inner)
@@ -288,6 +284,10 @@ class NearClient(Topology):
             return self._inner.mget(keys) if bridge is None else self._inner.mget(keys, bridge)
         if all_hits:
             return found if bridge is None else _redoxide.Ready(found)
+        return self._fill_rest(keys, found, bridge)
+
+    def _fill_rest(self, keys: list[Any], found: list[Any], bridge: Bridge | None) -> Any:
+        """get_many's misses among `found` filled (``NearCache.mget`` on one server calls it)."""
         plan = self._fill_many(keys, found)
         return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
@@ -23,6 +23,7 @@ use crate::py::client::Client;
 
 mod forget;
 mod keys;
+mod reads;
 mod stats;
 mod writes;
 
@@ -340,7 +341,10 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let items: Vec<Bound<'_, PyAny>> = args.try_iter()?.collect::<PyResult<_>>()?;
+            let items: Vec<Bound<'_, PyAny>> = match args.cast::<PyTuple>() {
+                Ok(tuple) => tuple.iter().collect(),
+                Err(_) => args.try_iter()?.collect::<PyResult<_>>()?,
+            };
             if let [name, key] = &items[..] {
                 // has_key of a key kept here: a hit.
                 if key_bytes(name).is_some_and(|n| n.eq_ignore_ascii_case(b"EXISTS"))
@@ -384,9 +388,9 @@ impl NearCache {
                 })
                 .collect();
             let client = client.get();
-            let write = match items {
+            let write = match &items {
                 Some(items) if !items.is_empty() && keys.len() == values.len() => {
-                    write::Write::set_many(&self.near, client, &items, ttl_ms)
+                    write::Write::set_many(&self.near, client, items, ttl_ms)
                 }
                 _ => None,
             };
@@ -398,7 +402,10 @@ impl NearCache {
                     "set_many needs as many values as keys, and one",
                 ));
             }
-            let drops = self.drops_keys(keys.iter().filter_map(key_bytes));
+            let drops = match &items {
+                Some(items) => self.drops_keys(items.iter().map(|(key, _)| *key)),
+                None => self.drops_keys(keys.iter().filter_map(key_bytes)),
+            };
             let req = client.set_many_request(&keys, &values, ttl_ms)?;
             self.write_dropping(py, client, drops, req, reply::to_py, bridge)
         })
@@ -415,10 +422,22 @@ impl NearCache {
         })
     }
 
+    /// get_many on one server, `rest(keys, found, bridge)` filling the misses (`py/reads.rs`).
+    #[pyo3(signature = (client, rest, keys, bridge=None))]
+    fn mget(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        rest: &Bound<'_, PyAny>,
+        keys: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.mget_direct(py, client, rest, keys, bridge))
+    }
+
     /// `lookup` for each key (one call for get_many), and whether every key was a hit; the
-    /// list is None when no key is kept here.
-    /// With `may_wait` (a sync caller on one server), keys another thread is filling are
-    /// waited for, as in `get`.
+    /// list is None when no key is kept here. With `may_wait` (a sync caller on one server),
+    /// keys another thread is filling are waited for, as in `get`.
     #[pyo3(signature = (keys, may_wait=false))]
     fn lookup_many<'py>(
         &self,

@@ -428,7 +428,7 @@ impl Client {
 
     /// MGET keys -> a list of bytes or None, in order.
     #[pyo3(signature = (keys, bridge=None))]
-    fn mget(
+    pub(crate) fn mget(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
