@@ -281,3 +281,31 @@ def test_a_host_name_is_resolved_within_the_connect_timeout(redis_server: RedisS
     cache.set("k", "v")
     assert cache.get("k") == "v"
     assert asyncio.run(cache.aget("k")) == "v"
+
+
+def test_command_arguments_are_written_as_python_writes_them(
+    redis_server: RedisServer, redis_client: Any
+) -> None:
+    # Ints as digits (past 64 bits too, negative too), a bool and an int subclass as str()
+    # writes them, floats, str and bytes; from a tuple (what the cache sends) and a list.
+    class Level(int):
+        def __str__(self) -> str:
+            return f"level-{int(self)}"
+
+    client = build_cache(redis_server.url, {})._client
+    written = {
+        "int": (7, b"7"),
+        "negative": (-12, b"-12"),
+        "big": (2**70, str(2**70).encode()),
+        "bool": (True, b"True"),
+        "subclass": (Level(3), b"level-3"),
+        "float": (1.5, b"1.5"),
+        "str": ("é", "é".encode()),
+        "bytes": (b"\x00\xff", b"\x00\xff"),
+    }
+    for name, (value, stored) in written.items():
+        client.execute(("SET", f"arg:{name}", value))
+        assert redis_client.get(f"arg:{name}") == stored, name
+        client.execute(["SET", f"arg:{name}", value])
+        assert redis_client.get(f"arg:{name}") == stored, name
+    assert client.execute(("INCRBY", "arg:int", -(2**40))) == 7 - 2**40
