@@ -4,11 +4,12 @@ server key prefixes a configuration keeps."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from redoxide._near_options import NearCacheConfig
-from redoxide._redoxide import NearCache
+from redoxide._protocols import ClientLike
+from redoxide._redoxide import Bridge, NearCache
 from redoxide.exceptions import (
     CacheError,
     ClusterDownError,
@@ -17,9 +18,22 @@ from redoxide.exceptions import (
     RedirectError,
     TryAgainError,
 )
+from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
 
-__all__ = ["ROUTER_RECOVERS", "Forget", "Part", "answered", "forgets", "placed", "tracked_prefixes"]
+R = TypeVar("R")
+
+__all__ = [
+    "REROUTED_WRITES",
+    "ROUTER_RECOVERS",
+    "Forget",
+    "NearReads",
+    "Part",
+    "answered",
+    "forgets",
+    "placed",
+    "tracked_prefixes",
+]
 
 #: What a router recovers from (a slot that moved or is moving, a primary that failed over or
 #: was demoted): a fill on the owner it named that meets one reads through the router instead.
@@ -30,6 +44,11 @@ ROUTER_RECOVERS = (
     ReadOnlyError,
     ConnectionInterrupted,
 )
+
+#: The refusals of a write sent through the tracking connection of the node that owned its key
+#: (the slot moved or is moving, the node was demoted): nothing was applied, and the write goes
+#: through the router instead. (Not a lost connection: the write may have landed.)
+REROUTED_WRITES = (RedirectError, TryAgainError, ClusterDownError, ReadOnlyError)
 
 #: How a store finds the tracked keys a write names: in a command's arguments, in a
 #: pipeline's commands, or in a list of keys.
@@ -87,3 +106,20 @@ def tracked_prefixes(
     if not default:
         return settings.prefixes
     return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
+
+
+class NearReads(ReadClient):
+    """A near-cached client's read client (``get_client(write=False)`` on replicas): every
+    command goes where the inner client's reads go; one that writes still drops the tracked
+    keys it names, as on the near-cached client (`near`, whose ``_write`` does it)."""
+
+    def __init__(self, near: Any, reads: ClientLike) -> None:
+        super().__init__(near)
+        self._near = near
+        self._reads = reads
+
+    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
+        return call.on(self._reads, bridge)
+
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
+        return self._near._write(call, bridge, on=self._reads)  # type: ignore[no-any-return]

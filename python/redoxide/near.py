@@ -15,11 +15,10 @@ coherent by the server's client tracking.
 - on one server, as the only near cache of the process, get / get_many / execute / set /
   set_many are the store's own methods (`_bind`): lookups and fill, or a write and its drops.
 
-Fills read the primary whose tracking connection we listen to (a lagging replica could hand
-back a value older than an invalidation already sent): one protocol in the core
-(``NearCache.fill``, GET and PTTL in one round trip, installed only if the token survived and
-that server is tracked), run inside ``NearCache.get`` on one server and on ``owner(key)`` by a
-router; get_many's (``NearCache.fill_keys``) take one round trip per primary, sent at once.
+Fills read the tracked primary (a lagging replica could hand back a value older than an
+invalidation already sent), one protocol in the core (``NearCache.fill`` / ``fill_keys``: one
+round trip per primary); this process' writes of kept keys go through the tracking connection
+of the primary that owns them (``_through``), and the value written is kept.
 """
 
 from __future__ import annotations
@@ -34,8 +33,10 @@ from typing import Any, TypeVar, overload
 from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig, marker_name
 from redoxide._near_parts import (
+    REROUTED_WRITES,
     ROUTER_RECOVERS,
     Forget,
+    NearReads,
     Part,
     answered,
     forgets,
@@ -47,7 +48,6 @@ from redoxide._redoxide import Bridge, Client
 from redoxide._registry import Registry, track
 from redoxide.exceptions import CacheError
 from redoxide.plans import Plan
-from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, PipelineResults, Set, SetMany
 from redoxide.topology.parts import together
 
@@ -68,10 +68,7 @@ def _forget_everywhere(forget: Forget, what: Any, count: bool = True) -> bool:
     """Drop the tracked keys `what` names from every near cache of the process (two aliases
     have a store each, and a process reads its own writes whichever made them); whether any
     keeps them. `count`: count the write (admission by use), not on the drop after it."""
-    found = False
-    for client in _every:
-        found |= forget(client._store, what, count)
-    return found
+    return any([forget(client._store, what, count) for client in _every])  # (each one)
 
 
 def _forget_in(clients: tuple[NearClient, ...], keys: Any, count: bool = True) -> None:
@@ -177,7 +174,7 @@ class NearClient(Topology):
     def replica_reads(self) -> ClientLike:
         inner = self._inner
         reads = inner.replica_reads() if isinstance(inner, Topology) else inner
-        return self if reads is inner else _NearReads(self, reads)
+        return self if reads is inner else NearReads(self, reads)
 
     def primaries(self) -> tuple[Client, ...] | None:
         return primaries(self._inner)
@@ -469,26 +466,37 @@ class NearClient(Topology):
         xx: bool = False,
         bridge: Bridge | None = None,
     ) -> Any:
-        if self._direct:
-            # One server: a kept key is written through the tracking connection, which the
-            # server does not echo it back to, and the written value is kept here.
-            keys = (key,)
-            args = (self._inner, key, value, ttl_ms, nx, xx)
-            done = self._through(self._store.set, keys, args, bridge)
+        call = Set(key, value, ttl_ms, nx, xx)
+        # A kept key: written through the tracking connection of its server (no echo), kept.
+        node = self._inner if self._direct else owner(self._inner, key) if self._follow() else None
+        if node is not None:
+            args = (node, key, value, ttl_ms, nx, xx)
+            done = self._through(self._store.set, (key,), args, bridge, call)
             if done is not NotImplemented:
                 return done
-        return self._write(Set(key, value, ttl_ms, nx, xx), bridge)
+        return self._write(call, bridge)
 
     def _through(
-        self, write: Callable[..., Any], keys: Any, args: tuple[Any, ...], bridge: Bridge | None
+        self,
+        write: Callable[..., Any],
+        keys: Any,
+        args: tuple[Any, ...],
+        bridge: Bridge | None,
+        call: Call[Any],
     ) -> Any:
-        """Send a write of kept keys through the tracking connection (the store's `name`):
-        the process' other near caches drop the keys before it is sent and again once it is
-        answered, this one keeps what it wrote; NotImplemented when it does not go this way
-        (the caller writes the usual way)."""
+        """Send a write of kept keys through the tracking connection (the store's `write`),
+        the process' other near caches dropping them before and after: NotImplemented when it
+        does not go this way; refused by a router's node (REROUTED_WRITES), it is `call`."""
         others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
         _forget_in(others, keys)
-        done = write(*args, bridge)
+        try:
+            done = write(*args, bridge)
+        except REROUTED_WRITES:
+            if self._direct:
+                raise
+            done = self._write(call, bridge)
+        if bridge is not None and not self._direct and done is not NotImplemented:
+            done = self._rerouted(done, call, bridge)
         if done is NotImplemented or not others:
             return done
         forget = functools.partial(_forget_in, others, count=False)
@@ -497,35 +505,24 @@ class NearClient(Topology):
         forget(keys)
         return done
 
+    async def _rerouted(self, pending: Awaitable[Any], call: Call[Any], bridge: Bridge) -> Any:
+        try:
+            return await pending
+        except REROUTED_WRITES:
+            return await self._write(call, bridge)
+
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
     ) -> Any:
         keys = list(keys)
         values = list(values)
+        call = SetMany(keys, values, ttl_ms)
         if self._direct:
-            done = self._through(
-                self._store.set_many, keys, (self._inner, keys, values, ttl_ms), bridge
-            )
+            args = (self._inner, keys, values, ttl_ms)
+            done = self._through(self._store.set_many, keys, args, bridge, call)
             if done is not NotImplemented:
                 return done
-        return self._write(SetMany(keys, values, ttl_ms), bridge)
-
-
-class _NearReads(ReadClient):
-    """A near-cached client's read client (``get_client(write=False)`` on replicas): every
-    command goes where the inner client's reads go; one that writes still drops the tracked
-    keys it names, as on the near-cached client."""
-
-    def __init__(self, near: NearClient, reads: ClientLike) -> None:
-        super().__init__(near)
-        self._near = near
-        self._reads = reads
-
-    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
-        return call.on(self._reads, bridge)
-
-    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
-        return self._near._write(call, bridge, on=self._reads)
+        return self._write(call, bridge)
 
 
 _near_clients: Registry[NearClient] = Registry()

@@ -100,10 +100,6 @@ pub struct Near {
     started: AtomicBool,
     trackers: Mutex<Trackers>,
     answers: Mutex<Answers>,
-    /// On one server: its live tracking connection, which this process' writes of tracked
-    /// keys go through (tracking with NOLOOP, the server tells us nothing of them: the
-    /// written value is installed here instead), with the set it belongs to.
-    writer: Mutex<Option<Writer>>,
     /// Every kept key lives on each tracked server's primary (one server, replicas, Sentinel;
     /// not a cluster): a fill may carry keys to refresh (`fill::with_refresh`).
     one_primary: AtomicBool,
@@ -193,21 +189,10 @@ impl Near {
             started: AtomicBool::new(false),
             trackers: Mutex::new(Trackers { sources: Vec::new(), set_id: 0, tasks: Vec::new() }),
             answers: Mutex::new(Answers { set_id: 0, sent: Vec::new() }),
-            writer: Mutex::new(None),
             one_primary: AtomicBool::new(false),
             admission,
             live: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The tracking connection to write tracked keys through: on one server, connected and
-    /// answering (the gate open); None otherwise (the write goes the usual way, and its
-    /// echo drops the key here).
-    pub fn writer(&self) -> Option<Writer> {
-        if !self.serving() {
-            return None;
-        }
-        locked(&self.writer).clone()
     }
 
     /// After a write through the tracking connection of set `set_id` went unanswered: where it
@@ -227,33 +212,6 @@ impl Near {
         match runtime::get() {
             Ok(rt) => drop(rt.spawn(async move { restart() })),
             Err(_) => restart(),
-        }
-    }
-
-    /// Forget the writer. Its connection closes when the last holder lets go, failing the
-    /// writes still in it, whose ends take locks: never dropped here, where the caller holds
-    /// the trackers, but on the runtime.
-    fn drop_writer(&self) {
-        let Some(writer) = locked(&self.writer).take() else { return };
-        if let Ok(rt) = runtime::get() {
-            drop(rt.spawn(async move { drop(writer) }));
-        }
-    }
-
-    fn set_writer(&self, set_id: u64, writer: Option<Writer>) {
-        let trackers = locked(&self.trackers);
-        if trackers.set_id != set_id {
-            return;
-        }
-        let mut slot = locked(&self.writer);
-        match writer {
-            Some(w) if trackers.sources.len() == 1 => *slot = Some(w),
-            Some(_) => {}
-            None => {
-                if slot.as_ref().is_some_and(|w| w.set_id == set_id) {
-                    *slot = None;
-                }
-            }
         }
     }
 
@@ -388,7 +346,6 @@ impl Near {
         for task in trackers.tasks.drain(..) {
             task.abort();
         }
-        self.drop_writer();
         trackers.sources = sources;
         trackers.set_id += 1;
         *locked(&self.answers) =
@@ -507,7 +464,6 @@ impl Near {
         for task in trackers.tasks.drain(..) {
             task.abort();
         }
-        self.drop_writer();
         drop(trackers);
         self.refuse(reason);
     }

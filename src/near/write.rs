@@ -142,7 +142,7 @@ impl Write {
         if !near.store.keeps_size(value.len()) || !keeps(near, key.as_bytes()) {
             return None;
         }
-        let writer = near.writer()?;
+        let writer = near.writer_for(client.addr())?;
         let kept = vec![(0, key.as_bytes().into(), value.into(), true)];
         let (sent, txn) = request(near, vec![set_cmd(key, value, ttl_ms, nx, xx)], &kept);
         Some(Write {
@@ -201,7 +201,7 @@ impl Write {
         if kept.is_empty() {
             return None;
         }
-        let writer = near.writer()?;
+        let writer = near.writer_for(client.addr())?;
         let cmds = match ttl_ms {
             None => {
                 let mut cmd = redis::cmd("MSET");

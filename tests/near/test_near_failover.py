@@ -4,6 +4,7 @@ primary are read."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -110,6 +111,40 @@ def test_a_slot_moved_between_primaries_stays_coherent() -> None:
         plain.set("cfg:moving", "newer")
         after_stale_bound()
         assert near.get("cfg:moving") == "newer"
+
+
+@pytest.mark.slow
+def test_an_own_write_of_a_kept_key_whose_slot_moved_goes_through_the_router() -> None:
+    # The near client's table still names the old owner: the write sent through that node's
+    # tracking connection is refused (MOVED) and applied by the router on the new owner; the
+    # near cache keeps nothing stale, and reads the new owner's value.
+    from redoxide._redoxide import key_slot
+
+    with Cluster() as own:
+        near, plain = _pair(own.urls, {"CLUSTER": True})
+        plain.set("cfg:moving", "old")
+        serving(near)
+        assert warm(near, "cfg:moving") == "old"
+        before = near.near_cache_stats()
+        near.set("cfg:kept", "mine")  # a key that does not move: kept as written
+        assert near.get("cfg:kept") == "mine"
+        assert near.near_cache_stats()["own_writes_kept"] == before["own_writes_kept"] + 1
+        made = near.make_and_validate_key("cfg:moving")
+        own.migrate(key_slot(made), [made], finish=True)
+        near.set("cfg:moving", "rerouted")
+        assert plain.get("cfg:moving") == "rerouted"
+        wait_for("the new owner tracked", lambda: _read(near, "cfg:moving") == "rerouted")
+        assert warm(near, "cfg:moving") == "rerouted"
+        plain.set("cfg:moving", "theirs")
+        wait_for("another client's write", lambda: _read(near, "cfg:moving") == "theirs")
+        # The same refusal met by an awaited write.
+        plain.set("cfg:moving2", "old")
+        assert warm(near, "cfg:moving2") == "old"
+        made = near.make_and_validate_key("cfg:moving2")
+        own.migrate(key_slot(made), [made], finish=True)
+        asyncio.run(near.aset("cfg:moving2", "rerouted"))
+        assert plain.get("cfg:moving2") == "rerouted"
+        wait_for("the new owner's value", lambda: _read(near, "cfg:moving2") == "rerouted")
 
 
 def test_keys_the_server_evicts_are_dropped(make_near: Callable[..., Any]) -> None:

@@ -60,8 +60,9 @@ def test_mypy_accepts_the_clients_and_catches_a_forgotten_await(tmp_path: Path) 
 def test_no_client_forwards_unknown_attributes() -> None:
     # A method the near-cache client does not define must not reach the inner client unseen
     # (it would skip the near cache's invalidation): no __getattr__ anywhere on the seam.
+    from redoxide._near_parts import NearReads as _NearReads
     from redoxide._protocols import ClientLike, Topology
-    from redoxide.near import NearClient, _NearReads
+    from redoxide.near import NearClient
     from redoxide.topology import ClusterRouter, ReplicaRouter, SentinelRouter
     from redoxide.topology.base import ReplicaReads
     from redoxide.topology.sentinel import SentinelPrimary

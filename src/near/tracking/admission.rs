@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use super::{locked, Near};
+use super::{locked, Near, Writer};
 use crate::near::sketch::Sketch;
 use crate::transport::Pushed;
 
@@ -58,6 +58,20 @@ impl Near {
     pub fn conn_to(&self, addr: &str) -> Option<Arc<Pushed>> {
         let live = locked(&self.live);
         live.get(addr).and_then(|(_, conn)| conn.upgrade())
+    }
+
+    /// The tracking connection to write tracked keys of the server at `addr` through (this
+    /// process' writes of kept keys: tracking with NOLOOP, the server tells us nothing of
+    /// them, and the written value is installed here instead): that server's, of the set
+    /// tracking now, connected and answering (the gate open); None otherwise (the write goes
+    /// the usual way, and drops the key here).
+    pub fn writer_for(&self, addr: &str) -> Option<Writer> {
+        if !self.serving() {
+            return None;
+        }
+        let (set_id, conn) = locked(&self.live).get(addr).cloned()?;
+        let conn = conn.upgrade()?;
+        (locked(&self.trackers).set_id == set_id).then_some(Writer { set_id, conn })
     }
 
     /// Record (or with None forget) set `set_id`'s tracking connection to `addr` as live.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{ServerError, Value};
 
-use super::{Near, Source, Writer};
+use super::{Near, Source};
 use crate::errors::Error;
 use crate::near::store::{now_ns, Flush};
 use crate::proto::Request;
@@ -61,7 +61,6 @@ pub(super) async fn run(near: Arc<Near>, source: Arc<Source>, idx: usize, set_id
             Err(err) => return near.refuse(format!("{}: {err}", source.addr)),
         };
         let outcome = session(&near, &conn, &source, idx, set_id).await;
-        near.set_writer(set_id, None);
         near.set_live(set_id, &source.addr, None);
         conn.close();
         drop(conn);
@@ -153,7 +152,6 @@ async fn session(
     // Tracking is on: whatever was kept (or is being filled) from before may have missed an
     // invalidation.
     near.store.flush(Flush::Connect);
-    near.set_writer(set_id, Some(Writer { set_id, conn: Arc::clone(conn) }));
     near.set_live(set_id, &source.addr, Some(conn));
     let every = Duration::from_nanos((near.max_stale_ns / 4).max(1_000_000));
     // A PING not answered within the response timeout (or the gate's own bound, if longer)
