@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redoxide._near_options import NearCacheConfig
-from redoxide._protocols import ClientLike
-from redoxide._redoxide import Bridge, NearCache
+from redoxide._protocols import ClientLike, owner, spans_primaries
+from redoxide._redoxide import Bridge, Client, NearCache, key_slot
 from redoxide.exceptions import (
     CacheError,
     ClusterDownError,
@@ -31,6 +31,7 @@ __all__ = [
     "Part",
     "answered",
     "forgets",
+    "home",
     "placed",
     "tracked_prefixes",
 ]
@@ -106,6 +107,14 @@ def tracked_prefixes(
     if not default:
         return settings.prefixes
     return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
+
+
+def home(client: ClientLike, keys: list[Any]) -> Client | None:
+    """The one primary that owns every key of a set_many (on a cluster, keys of one slot: an
+    MSET spans no slots), where it can go through the tracking connection; None if none."""
+    if not keys or (spans_primaries(client) and len({key_slot(k) for k in keys}) > 1):
+        return None
+    return owner(client, keys[0])
 
 
 class NearReads(ReadClient):

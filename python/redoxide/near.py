@@ -40,6 +40,7 @@ from redoxide._near_parts import (
     Part,
     answered,
     forgets,
+    home,
     placed,
     tracked_prefixes,
 )
@@ -517,8 +518,9 @@ class NearClient(Topology):
         keys = list(keys)
         values = list(values)
         call = SetMany(keys, values, ttl_ms)
-        if self._direct:
-            args = (self._inner, keys, values, ttl_ms)
+        node = self._inner if self._direct else home(self._inner, keys) if self._follow() else None
+        if node is not None:
+            args = (node, keys, values, ttl_ms)
             done = self._through(self._store.set_many, keys, args, bridge, call)
             if done is not NotImplemented:
                 return done

@@ -198,6 +198,18 @@ def test_own_writes_of_kept_keys_stay_kept_on_every_topology(
         assert after["misses"] == before["misses"], (before, after)
         assert after["hits"] - before["hits"] == 6 * len(keys), (before, after)
         assert {k: v for k, v in plain.get_many(keys).items()} == want
+        # set_many too, of keys one primary owns (on a cluster, keys of one slot).
+        group = [f"cfg:{{w}}:{i}" for i in range(5)]
+        plain.set_many(dict.fromkeys(group, 0))
+        for _ in range(3):
+            assert ops.get_many(group) == dict.fromkeys(group, 0)
+        before = near.near_cache_stats()
+        ops.set_many(dict.fromkeys(group, "many"))
+        for _ in range(2):
+            assert ops.get_many(group) == dict.fromkeys(group, "many")
+        after = near.near_cache_stats()
+        assert after["own_writes_kept"] - before["own_writes_kept"] == len(group), after
+        assert after["misses"] == before["misses"], (before, after)
         plain.set_many(dict.fromkeys(keys, "theirs"))
         wait_for(
             "another client's write after ours",
