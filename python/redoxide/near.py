@@ -375,8 +375,8 @@ class NearClient(Topology):
     def _fill_parts(
         self, parts: list[Any], bridge: Bridge | None = None
     ) -> list[Any] | Awaitable[list[Any]]:
-        """A step: each primary's part of a get_many's fills (``fill_keys``), all sent at
-        once; each part's values or the exception that failed its round trip."""
+        """A step: each primary's part of a get_many's fills, all sent at once: its values,
+        or the exception that failed its round trip."""
         store: _redoxide.NearCache = self._store
         if bridge is not None:
             return self._afill_parts(parts, bridge)
@@ -468,8 +468,9 @@ class NearClient(Topology):
         bridge: Bridge | None = None,
     ) -> Any:
         call = Set(key, value, ttl_ms, nx, xx)
-        # A kept key: written through the tracking connection of its server (no echo), kept.
-        node = self._inner if self._direct else owner(self._inner, key) if self._follow() else None
+        node = self._inner if self._direct else None
+        if node is None and self._store.writes_through(key) and self._follow():
+            node = owner(self._inner, key)
         if node is not None:
             args = (node, key, value, ttl_ms, nx, xx)
             done = self._through(self._store.set, (key,), args, bridge, call)

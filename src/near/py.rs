@@ -445,17 +445,13 @@ impl NearCache {
         keys: &Bound<'py, PyAny>,
         may_wait: bool,
     ) -> PyResult<(Option<Bound<'py, PyList>>, bool)> {
-        guard(|| {
-            let out = PyList::empty(py);
-            let (mut any, mut all_hits) = (false, true);
-            for key in keys.try_iter()? {
-                let found = self.lookup_waiting(py, &key?, may_wait)?;
-                any |= found.is_some();
-                all_hits &= found.as_ref().is_some_and(|f| f.bind(py).is_instance_of::<PyBytes>());
-                out.append(found.unwrap_or_else(|| py.None()))?;
-            }
-            Ok((any.then_some(out), all_hits))
-        })
+        guard(|| self.lookup_list(py, keys, may_wait))
+    }
+
+    /// Whether a write of `key` goes through a tracking connection (a router asks before it
+    /// looks for the key's primary): a tracked key (in use, with admission by use), served.
+    fn writes_through(&self, key: &str) -> bool {
+        write::keeps(&self.near, key.as_bytes()) && self.near.serving()
     }
 
     /// Whether a servable value of `key` is kept here (has_key's hit; registers no fill).

@@ -67,7 +67,7 @@ pub struct Write {
 /// Whether a key goes through the tracking connection and its value is kept: a tracked key
 /// (in use, with admission by use: a key not in use is written the usual way, which forgets
 /// its reads).
-fn keeps(near: &Near, key: &[u8]) -> bool {
+pub(crate) fn keeps(near: &Near, key: &[u8]) -> bool {
     near.tracks(key) && (!near.optin() || near.store.in_use(key))
 }
 

@@ -5,7 +5,7 @@
 //! one fill protocol reads the misses.
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
 use super::NearCache;
 use crate::bridge::Bridge;
@@ -28,7 +28,7 @@ impl NearCache {
             Err(_) => PyList::new(py, keys.try_iter()?.collect::<PyResult<Vec<_>>>()?)?,
         };
         // A sync caller waits for the fills other threads have in flight.
-        let (found, all_hits) = self.lookup_many(py, keys.as_any(), bridge.is_none())?;
+        let (found, all_hits) = self.lookup_list(py, keys.as_any(), bridge.is_none())?;
         match found {
             None => client.get().mget(py, keys.as_any(), bridge),
             Some(found) if all_hits => match bridge {
@@ -37,5 +37,24 @@ impl NearCache {
             },
             Some(found) => Ok(rest.call1((keys, found, bridge))?.unbind()),
         }
+    }
+
+    /// `lookup` of each key (`lookup_many`): the list (None when no key is kept here), and
+    /// whether every key was a hit.
+    pub(super) fn lookup_list<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        may_wait: bool,
+    ) -> PyResult<(Option<Bound<'py, PyList>>, bool)> {
+        let out = PyList::empty(py);
+        let (mut any, mut all_hits) = (false, true);
+        for key in keys.try_iter()? {
+            let found = self.lookup_waiting(py, &key?, may_wait)?;
+            any |= found.is_some();
+            all_hits &= found.as_ref().is_some_and(|f| f.bind(py).is_instance_of::<PyBytes>());
+            out.append(found.unwrap_or_else(|| py.None()))?;
+        }
+        Ok((any.then_some(out), all_hits))
     }
 }
