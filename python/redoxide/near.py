@@ -69,7 +69,7 @@ def _forget_everywhere(forget: Forget, what: Any, count: bool = True) -> bool:
     """Drop the tracked keys `what` names from every near cache of the process (two aliases
     have a store each, and a process reads its own writes whichever made them); whether any
     keeps them. `count`: count the write (admission by use), not on the drop after it."""
-    return any([forget(client._store, what, count) for client in _every])  # (each one)
+    return any([forget(client._store, what, count) for client in _every])  # (a list: all drop)
 
 
 def _forget_in(clients: tuple[NearClient, ...], keys: Any, count: bool = True) -> None:
