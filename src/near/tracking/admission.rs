@@ -70,8 +70,13 @@ impl Near {
             return None;
         }
         let (set_id, conn) = locked(&self.live).get(addr).cloned()?;
-        let conn = conn.upgrade()?;
-        (locked(&self.trackers).set_id == set_id).then_some(Writer { set_id, conn })
+        // The set is checked before the connection is upgraded, and no lock is held while
+        // it is: an old set's connection is never held here, so never let go of (its end
+        // fails the writes still in it, which take locks) under the trackers' lock.
+        if locked(&self.trackers).set_id != set_id {
+            return None;
+        }
+        Some(Writer { set_id, conn: conn.upgrade()? })
     }
 
     /// Record (or with None forget) set `set_id`'s tracking connection to `addr` as live.
