@@ -151,6 +151,19 @@ class Topology:
         reads it); None while that is not known."""
         raise NotImplementedError
 
+    def homes(self) -> Client | list[Client] | None:
+        """Where keys live now, for a near cache's get to pick a key's primary in the core:
+        the one primary, or a cluster's slot table (a list by slot; a new list whenever the
+        table is learnt again); None while that is not known (the near cache then asks
+        `owner`)."""
+        return None
+
+    @property
+    def reads_home(self) -> bool:
+        """Whether get reads a key from the primary `homes` names (no replica reads): a near
+        cache's get of a key it does not keep then reads it there itself."""
+        return False
+
 
 def spans_primaries(client: ClientLike) -> bool:
     """Whether `client`'s keys live on several primaries (a cluster)."""
@@ -166,6 +179,13 @@ def owner(client: ClientLike, key: str) -> Client | None:
     """The Rust client of the primary that owns `key` now (the server itself for one)."""
     if isinstance(client, Topology):
         return client.owner(key)
+    return client if isinstance(client, Client) else None
+
+
+def homes(client: ClientLike) -> Client | list[Client] | None:
+    """Where `client`'s keys live now (see `Topology.homes`; the server itself for one)."""
+    if isinstance(client, Topology):
+        return client.homes()
     return client if isinstance(client, Client) else None
 
 

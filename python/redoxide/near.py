@@ -13,7 +13,9 @@ coherent by the server's client tracking.
 - the store and its tracking connections live in Rust (src/near/): invalidations are applied
   there without the GIL, and hits are refused while the tracking connections are silent;
 - on one server, as the only near cache of the process, get / get_many / execute / set /
-  set_many are the store's own methods (`_bind`): lookups and fill, or a write and its drops.
+  set_many are the store's own methods (`_bind`): lookups and fill, or a write and its drops;
+  on a router, get is the store's ``get_routed`` (one call, hit, miss or key not kept: the
+  router's `homes()` name the key's primary, and its own get serves what that cannot).
 
 Fills read the tracked primary (a lagging replica could hand back a value older than an
 invalidation already sent), one protocol in the core (``NearCache.fill`` / ``fill_keys``: one
@@ -39,18 +41,19 @@ from redoxide._near_parts import (
     NearReads,
     Part,
     answered,
+    cancel,
+    fill_parts,
     forgets,
     home,
     placed,
     tracked_prefixes,
 )
 from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
-from redoxide._redoxide import Bridge, Client
+from redoxide._redoxide import Bridge, Client, key_slots
 from redoxide._registry import Registry, track
 from redoxide.exceptions import CacheError
 from redoxide.plans import Plan
 from redoxide.topology.calls import Call, Execute, Pipeline, PipelineResults, Set, SetMany
-from redoxide.topology.parts import together
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
@@ -101,6 +104,8 @@ class NearClient(Topology):
         #: One server: its nodes never change, and a sync get is one call into the core.
         self._direct = isinstance(inner, _redoxide.Client)
         self._following = threading.Lock()
+        # A router's get (the store's `get_routed`): where keys live, asked on a miss.
+        self._homes_seen: Any = None
         if self._direct:
             self._nodes = (inner,)
             self._store.track([inner], self._check_db)
@@ -119,7 +124,8 @@ class NearClient(Topology):
                 client._bind()
 
     def _bind(self) -> None:
-        """The store's methods (see the module's docstring), undone by a second near cache."""
+        """The store's methods (see the module's docstring), undone by a second near cache;
+        on a router, get is the store's whatever the number of near caches."""
         bound = self.__dict__
         alone = self._direct and len(_every) == 1 and _every[0] is self
         self._store.set_alone(alone)
@@ -129,6 +135,10 @@ class NearClient(Topology):
             if alone:
                 extra = (self._fill_rest,) if name == "mget" else ()
                 bound[name] = functools.partial(getattr(store, name), inner, *extra)
+        if not self._direct:
+            reads = isinstance(inner, Topology) and inner.reads_home
+            store.route(self._homes, reads, inner.get, self._recovered, ROUTER_RECOVERS)
+            bound["get"] = store.get_routed
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -230,49 +240,29 @@ class NearClient(Topology):
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, key: str, bridge: Bridge | None = None) -> Any:
+        # (A router's get is the store's `get_routed`, bound by `_bind`: lookup, fill or read
+        # on the key's primary, and the router's get when that cannot be done.)
         if self._direct:
             # One server: lookup, fill and install in one call (a refusal is warned of there).
             return self._store.get(self._inner, key, bridge)
-        if bridge is None:
-            found = self._store.lookup(key)
-            if found is None:
-                return self._inner.get(key)
-            if type(found) is bytes:
-                return found
-            return plans.run(self._fill(key, found))
-        found = self._store.alookup(key)
-        if found is None:
-            return self._inner.get(key, bridge)
-        if type(found) is int or found is False:
-            return plans.arun(self._fill(key, found), bridge)
-        return found
+        return self._store.get_routed(key, bridge)
 
-    def _fills(self, key: str, token: Any) -> bool:
-        """Whether a miss can be filled (False: read the server as without a near cache)."""
-        if token is False:
-            self._refused()
-            return False
-        if not self._follow():
-            self._store.cancel(key, token)
-            return False
-        return True
-
-    def _fill(self, key: str, token: Any) -> Plan[Any]:
-        """A miss on a router: the one fill (``NearCache.fill``, which a get on one server runs
-        inside the core) on the primary that owns the key now. The router reads instead, with
-        nothing installed, when that primary is not known or the fill finds the key moved or
-        the node gone (a timeout's time is spent: it raises)."""
-        if not self._fills(key, token):
-            return (yield self._inner.get, (key,))
-        node = owner(self._inner, key)
-        if node is None:
-            self._store.cancel(key, token)
-            return (yield self._inner.get, (key,))
+    async def _recovered(self, pending: Awaitable[Any], key: str, bridge: Bridge) -> Any:
+        """An awaited get's fill or read, or the router's get if it meets what a router
+        recovers from (the slot moved, the primary changed)."""
         try:
-            return (yield self._store.fill, (node, key, token))
+            return await pending
         except ROUTER_RECOVERS:
-            # The token is cancelled; the router follows the key to its home.
-            return (yield self._inner.get, (key,))
+            return await self._inner.get(key, bridge)
+
+    def _homes(self) -> Any:
+        """The router's `homes()` once the servers they name are tracked; None before."""
+        homes = self._inner.homes()
+        if homes is not self._homes_seen:
+            if homes is None or not self._follow():
+                return None
+            self._homes_seen = homes
+        return homes
 
     def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
         keys = keys if type(keys) is list else list(keys)
@@ -301,7 +291,7 @@ class NearClient(Topology):
         parts, routed = self._parts(keys, found)
         try:
             if parts:
-                outcomes = yield self._fill_parts, (list(parts.items()),)
+                outcomes = yield fill_parts, (self._store, list(parts.items()))
                 for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
                     routed += placed(at, outcome, found)
             if routed:
@@ -348,75 +338,25 @@ class NearClient(Topology):
 
     def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, Part], list[int]]:
         """The misses among `found` by the primary that owns them (positions, keys, fill
-        tokens: None for a key not kept, or not filled now), and the positions of the misses
-        no primary is known for (their tokens cancelled)."""
+        tokens: None for a key not kept), a cluster's keys placed by one slot lookup; and
+        the positions of the misses to read through the router (every one while where keys
+        live is not known or not tracked: their tokens cancelled)."""
         parts: dict[Any, Part] = {}
-        routed: list[int] = []
-        following: bool | None = None
-        for i, key, hit in self._misses(keys, found):
-            if hit is not None:
-                if following is None:
-                    following = self._follow()
-                if not following:
-                    self._store.cancel(key, hit)
-                    hit = None
-            node = owner(self._inner, key)
-            if node is None:
-                if hit is not None:
-                    self._store.cancel(key, hit)
-                routed.append(i)
-                continue
+        misses = list(self._misses(keys, found))
+        homes = self._homes()
+        if homes is None:
+            cancel(self._store, [key for _, key, _ in misses], [hit for _, _, hit in misses])
+            return parts, [i for i, _, _ in misses]
+        if type(homes) is list:
+            nodes = [homes[slot] for slot in key_slots([key for _, key, _ in misses])]
+        else:
+            nodes = [homes] * len(misses)
+        for (i, key, hit), node in zip(misses, nodes, strict=True):
             at, names, tokens = parts.setdefault(node, ([], [], []))
             at.append(i)
             names.append(key)
             tokens.append(hit)
-        return parts, routed
-
-    def _fill_parts(
-        self, parts: list[Any], bridge: Bridge | None = None
-    ) -> list[Any] | Awaitable[list[Any]]:
-        """A step: each primary's part of a get_many's fills, all sent at once: its values,
-        or the exception that failed its round trip."""
-        store: _redoxide.NearCache = self._store
-        if bridge is not None:
-            return self._afill_parts(parts, bridge)
-        if len(parts) > 1:
-            return store.fill_fanout([(node, names, tokens) for node, (_, names, tokens) in parts])
-        ((node, (_, names, tokens)),) = parts
-        try:
-            return [store.fill_keys(node, names, tokens)]
-        except CacheError as exc:
-            return [exc]
-
-    async def _afill_parts(self, parts: list[Any], bridge: Bridge) -> list[Any]:
-        store = self._store
-        pending: list[Any] = []
-        for n, (node, (_, names, tokens)) in enumerate(parts):
-            try:
-                pending.append(store.fill_keys(node, names, tokens, False, bridge))
-            except CacheError as exc:  # not sent: its tokens are cancelled, the others go on
-                pending.append(exc)
-            except BaseException:
-                for _, (_, later, later_tokens) in parts[n + 1 :]:
-                    self._cancel(later, later_tokens)
-                raise
-        together([p for p in pending if not isinstance(p, BaseException)])
-        outcomes: list[Any] = []
-        for waiting in pending:
-            if isinstance(waiting, BaseException):
-                outcomes.append(waiting)
-                continue
-            try:
-                outcomes.append(await waiting)
-            except CacheError as exc:
-                outcomes.append(exc)
-        return outcomes
-
-    def _cancel(self, keys: list[Any], tokens: list[Any]) -> None:
-        """Cancel the fill tokens of fills that will not start."""
-        for key, token in zip(keys, tokens, strict=True):
-            if token is not None:
-                self._store.cancel(key, token)
+        return parts, []
 
     # -- writes (and has_key) ----------------------------------------------------------------
 

@@ -2,19 +2,19 @@
 //! command drops is `forget.rs`'s) and the registration of `Ready` (`ready.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
 use crate::near::fill;
 use crate::near::ready::Ready;
 use crate::near::sketch::Sketch;
-use crate::near::store::{Flush, Got, Limits, Store, Token};
+use crate::near::store::{Flush, Limits, Store, Token};
 use crate::near::tracking::{Admission, Near, Source};
 use crate::near::write;
 use crate::proto::reply;
@@ -23,21 +23,19 @@ use crate::py::client::Client;
 
 mod forget;
 mod keys;
+mod lookup;
 mod reads;
 mod stats;
 mod writes;
 
 use keys::{fill_keys_of, key_bytes};
+use lookup::{Found, Route};
 
 /// Add the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NearCache>()?;
     m.add_class::<Ready>()
 }
-
-/// The longest a sync get waits for another thread's fill of the same key before reading
-/// the server itself.
-const FILL_WAIT: Duration = Duration::from_millis(100);
 
 /// A near cache: the store of one cache configuration and its tracking connections.
 #[pyclass(module = "redoxide._redoxide", frozen)]
@@ -48,87 +46,8 @@ pub struct NearCache {
     /// Whether it is the process' only near cache (`alone`): no other one to drop a write's
     /// keys from, so `set` and `set_many` write the usual way themselves.
     alone: AtomicBool,
-}
-
-/// What a lookup found.
-enum Found<'py> {
-    /// Not a kept key, or the near cache is off.
-    NotKept,
-    /// The near cache has just been turned off: the caller warns, once.
-    Refused,
-    Hit(Bound<'py, PyBytes>),
-    /// A fill was registered under this token.
-    Miss(Token),
-}
-
-impl NearCache {
-    /// A hit, a miss's token, or not kept; with `may_wait` (a sync caller on one server), a key another thread is
-    /// filling right now is waited for (GIL released, briefly) rather than read again: a hot
-    /// key that was just invalidated then costs one round trip per process, not per thread.
-    fn find_waiting<'py>(
-        &self,
-        py: Python<'py>,
-        key: &[u8],
-        may_wait: bool,
-    ) -> PyResult<Found<'py>> {
-        let near = &self.near;
-        if !near.tracks(key) {
-            return Ok(Found::NotKept);
-        }
-        if let Err(reason) = near.usable() {
-            return Ok(if reason.is_some() { Found::Refused } else { Found::NotKept });
-        }
-        near.start()?;
-        let by_use = near.admission();
-        let mut hit = None;
-        let store = &near.store;
-        // (The gate, which reads the clock, is asked only when a copy is kept, or a fill is
-        // to be waited for.)
-        let serve = || near.gate();
-        let mut got = store
-            .lookup_as(key, serve, may_wait, by_use.is_some(), |v| hit = Some(PyBytes::new(py, v)));
-        if got == Got::Busy {
-            py.detach(|| store.wait_for_fill(key, FILL_WAIT));
-            got = store.lookup_as(key, serve, false, by_use.is_some(), |v| {
-                hit = Some(PyBytes::new(py, v))
-            });
-        }
-        if let (Got::Unknown, Some(admission)) = (&got, by_use) {
-            // Not kept: counted as read, and kept from the read that makes it frequent.
-            if admission.sketch.read(key, admission.after) {
-                got = Got::Miss(store.admit(key));
-            } else {
-                store.stats.not_admitted.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        Ok(match (hit, got) {
-            (Some(value), _) => Found::Hit(value),
-            (None, Got::Miss(token)) => Found::Miss(token),
-            (None, _) => Found::NotKept,
-        })
-    }
-
-    /// A hit's bytes, a miss's fill token, or None (not kept here, or the near cache is off;
-    /// False once, when it has just been turned off, for the caller to warn).
-    fn lookup_py(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
-        self.lookup_waiting(py, key, false)
-    }
-
-    /// `lookup_py`; with `may_wait`, as `find_waiting`.
-    fn lookup_waiting(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        may_wait: bool,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        let Some(bytes) = key_bytes(key) else { return Ok(None) };
-        Ok(match self.find_waiting(py, bytes, may_wait)? {
-            Found::NotKept => None,
-            Found::Refused => Some(PyBool::new(py, false).to_owned().into_any().unbind()),
-            Found::Hit(value) => Some(value.into_any().unbind()),
-            Found::Miss(Token(t)) => Some(t.into_pyobject(py)?.into_any().unbind()),
-        })
-    }
+    /// A router's get (`route`, `py/lookup.rs`): set once, by the near client over it.
+    route: OnceLock<Route>,
 }
 
 #[pymethods]
@@ -176,7 +95,8 @@ impl NearCache {
         let max_stale = Duration::from_secs_f64(max_stale);
         let near = Near::new(Store::new(limits), prefixes, max_stale, marker, admission);
         let logger = logger.unwrap_or_else(|| "redoxide".into()).into_boxed_str();
-        Ok(NearCache { near: Arc::new(near), logger, alone: AtomicBool::new(false) })
+        let (alone, route) = (AtomicBool::new(false), OnceLock::new());
+        Ok(NearCache { near: Arc::new(near), logger, alone, route })
     }
 
     /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
@@ -229,6 +149,33 @@ impl NearCache {
                 }
             }
         })
+    }
+
+    /// Make this store a router's get (`get_routed`; see `py/lookup.rs`): `homes()` names
+    /// where keys live once tracked; `reads`: get reads a key from its primary; `read(key,
+    /// bridge)` is the router's get; `recovered(pending, key, bridge)` awaits a fill or read,
+    /// reading through the router if it meets one of `recovers` (the errors a router
+    /// recovers from). Set once: a second call changes nothing.
+    fn route(
+        &self,
+        homes: Py<PyAny>,
+        reads: bool,
+        read: Py<PyAny>,
+        recovered: Py<PyAny>,
+        recovers: Py<PyAny>,
+    ) {
+        _ = self.route.set(Route { homes, reads, read, recovered, recovers });
+    }
+
+    /// get on a router, in one call (`py/lookup.rs`; `route` first).
+    #[pyo3(signature = (key, bridge=None))]
+    fn get_routed(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.get_routed_body(py, key, bridge))
     }
 
     /// The fill of a kept key's miss that `lookup` registered under `token`, on `client`,
@@ -408,17 +355,6 @@ impl NearCache {
             };
             let req = client.set_many_request(&keys, &values, ttl_ms)?;
             self.write_dropping(py, client, drops, req, reply::to_py, bridge)
-        })
-    }
-
-    /// Like `lookup`, but a hit comes back awaitable (`Ready`).
-    fn alookup(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        guard(|| {
-            let Some(found) = self.lookup_py(py, key)? else { return Ok(py.None()) };
-            if found.bind(py).is_instance_of::<PyBytes>() {
-                return Ok(Py::new(py, Ready { value: found })?.into_any());
-            }
-            Ok(found)
         })
     }
 

@@ -79,6 +79,14 @@ class ClusterRouter(Topology):
         table = slots.table
         return None if table is None or slots.suspect else table[key_slot(key)]
 
+    def homes(self) -> list[Client] | None:
+        slots = self.slots
+        return None if slots.suspect else slots.table
+
+    @property
+    def reads_home(self) -> bool:
+        return not self._config.servers.read_from_replicas
+
     # -- one single-slot call
 
     def _node(self, slot: int | None) -> Client:

@@ -6,6 +6,7 @@ timeouts and TLS settings) share its client, and so its one multiplexed connecti
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 from redoxide import _redoxide, _stats_nodes
@@ -81,3 +82,10 @@ def split_address(address: str) -> tuple[str, int] | None:
     if not port.isdigit():
         return None
     return host.strip("[]"), int(port)
+
+
+def address_of(node: Any) -> tuple[str, int] | None:
+    """A client's (host, port); None for no client."""
+    if node is None:
+        return None
+    return split_address(node.address)

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from redoxide import plans
 from redoxide._protocols import ClientLike
+from redoxide._protocols import homes as homes_of
 from redoxide._protocols import owner as owner_of
 from redoxide._protocols import primaries as primaries_of
 from redoxide._redoxide import Bridge, Client
@@ -44,6 +45,13 @@ class ReplicaRouter(Router):
 
     def owner(self, key: str) -> Client | None:
         return owner_of(self.primary, key)
+
+    def homes(self) -> Client | list[Client] | None:
+        return homes_of(self.primary)
+
+    @property
+    def reads_home(self) -> bool:
+        return not self.read_from_replicas
 
     def reader(self) -> ClientLike | None:
         """The next replica to read from, or None (no replicas, or none answering)."""

@@ -37,7 +37,7 @@ from redoxide.plans import Plan
 from redoxide.topology.base import Router
 from redoxide.topology.calls import Call
 from redoxide.topology.flight import Flight
-from redoxide.topology.nodes import discovery_budget, new_client, node_client, split_address
+from redoxide.topology.nodes import address_of, discovery_budget, new_client, node_client
 from redoxide.topology.replicas import ReplicaRouter
 from redoxide.topology.sentinel_events import SentinelWatcher
 from redoxide.topology.sentinel_hold import Hold
@@ -238,7 +238,7 @@ class SentinelPrimary(Router):
                 self._stale_now()
         elif channel in ("+odown", "+sdown", "+reset-master") and kind == "master":
             self._stale_now()  # the primary is in doubt
-        elif channel == "+convert-to-slave" and (host, port) == _address(self.node):
+        elif channel == "+convert-to-slave" and (host, port) == address_of(self.node):
             self._stale_now()  # our primary is being demoted
         elif self._config.servers.read_from_replicas and kind == "slave" and channel in (
             "+slave", "+sdown", "-sdown", "+slave-reconf-done", "+convert-to-slave",
@@ -286,7 +286,7 @@ class SentinelPrimary(Router):
     def _start_hold(self, host: str, port: int, sentinel: tuple[str, int]) -> None:
         """A failover chose the replica at host:port: hold writes until it is promoted."""
         with self._changes:  # not between a discovery's answer and its `suspect`
-            if self._hold is not None or (host, port) == _address(self.node):
+            if self._hold is not None or (host, port) == address_of(self.node):
                 return
             hold = self._hold = Hold((host, port), sentinel, self.watcher.ask_budget + 1.0)
             self.suspect = True  # writes take the slow path, which waits on the hold
@@ -332,7 +332,7 @@ class SentinelPrimary(Router):
                 self.replicas = [r for r in self.replicas if r is not node]
                 self._learnt_at = time.monotonic()
                 # Ask the sentinel that announced it first: the others may lag behind.
-                first = [s for s in self._sentinels if _address(s) == sentinel]
+                first = [s for s in self._sentinels if address_of(s) == sentinel]
                 self._sentinels = first + [s for s in self._sentinels if s not in first]
                 self._switches += 1  # under the lock: a discovery begun before yields
             # Settled on the new primary (a near cache asks primaries() when told); writes
@@ -346,7 +346,7 @@ class SentinelPrimary(Router):
                 self._switched.notify_all()
 
     def _leave(self, before: Client | None, now: tuple[str, int]) -> None:
-        left = _address(before)
+        left = address_of(before)
         if left is not None:
             self._left.add(left)
         self._left.discard(now)
@@ -400,6 +400,9 @@ class SentinelPrimary(Router):
         return (node,) if node is not None and not self.suspect else None
 
     def owner(self, key: str) -> Client | None:
+        return None if self.suspect else self.node
+
+    def homes(self) -> Client | None:
         return None if self.suspect else self.node
 
     def _not_fresh(self) -> bool:
@@ -505,13 +508,6 @@ class SentinelPrimary(Router):
         return (yield call.step(now))
 
 
-def _address(node: Any) -> tuple[str, int] | None:
-    """A client's (host, port)."""
-    if node is None:
-        return None
-    return split_address(node.address)
-
-
 class SentinelRouter(Router):
     """Writes to the Sentinel-followed primary; reads from its replicas when asked to."""
 
@@ -535,6 +531,13 @@ class SentinelRouter(Router):
 
     def owner(self, key: str) -> Client | None:
         return self.primary.owner(key)
+
+    def homes(self) -> Client | list[Client] | None:
+        return self._reads.homes()
+
+    @property
+    def reads_home(self) -> bool:
+        return self._reads.reads_home
 
     def _read(self, call: Call[Any], bridge: Bridge | None) -> Any:
         if not self.primary.settled:

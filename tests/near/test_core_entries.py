@@ -1,0 +1,137 @@
+"""A near-cached get on a router enters the core (calls into ``redoxide._redoxide``) no more
+often than a plain get on the same router: hit, miss or key not kept, sync and awaited; a
+get_many's fills on a cluster are placed by one slot lookup for all their keys.
+
+Counted with ``sys.setprofile`` (every call from Python into a C function is an event), so
+the counts are exact, whatever the host's speed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from support.backend import build_cache, topology_settings
+from support.near import near_options, serving, stop_tracking
+
+TOPOLOGIES = ["cluster", "sentinel", "replicas"]
+
+
+def _counter(counts: dict[str, int]) -> Callable[[Any, str, Any], None]:
+    """A profile function that counts the calls into the core in `counts`, by name."""
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "c_call":
+            return
+        module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+        if module == "redoxide._redoxide":
+            counts[arg.__qualname__] = counts.get(arg.__qualname__, 0) + 1
+
+    return profile
+
+
+def _entries(call: Callable[[], Any]) -> dict[str, int]:
+    """The calls into the core `call` makes, by name."""
+    counts: dict[str, int] = {}
+    sys.setprofile(_counter(counts))
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
+def _awaited_entries(
+    call: Callable[[], Any], before: Callable[[], object] = lambda: None
+) -> dict[str, int]:
+    """`_entries` of awaiting `call()` once it ran once (its connections and this loop's
+    bridge made), `before()` run between; the event loop's own work is not the core's."""
+    counts: dict[str, int] = {}
+
+    async def main() -> None:
+        await call()
+        before()
+        sys.setprofile(_counter(counts))
+        try:
+            await call()
+        finally:
+            sys.setprofile(None)
+
+    asyncio.run(main())
+    return counts
+
+
+def _cache(topology: str, request: pytest.FixtureRequest, near: bool) -> Any:
+    settings = topology_settings(topology, request)
+    options = dict(settings.get("OPTIONS", {}))
+    if near:
+        options["NEAR_CACHE"] = near_options()
+    prefix = f"e{uuid.uuid4().hex[:8]}"
+    return build_cache(settings["LOCATION"], {"KEY_PREFIX": prefix, "OPTIONS": options})
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_a_near_cached_get_enters_the_core_no_more_than_a_plain_get(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    plain = _cache(topology, request, near=False)
+    near = _cache(topology, request, near=True)
+    try:
+        for cache in (plain, near):
+            cache.set_many({"cfg:a": 1, "cfg:b": 2, "other:c": 3})
+        serving(near)
+        assert near.get("cfg:a") == 1  # kept from here on
+        store = near._client._store
+        limit = sum(_entries(lambda: plain.get("cfg:a")).values())
+        awaited_limit = sum(_awaited_entries(lambda: plain.aget("cfg:a")).values())
+        assert limit >= 1 and awaited_limit >= 1
+
+        def drop(name: str) -> None:
+            store.forget_keys([near.make_and_validate_key(name)], False)
+
+        hit = _entries(lambda: near.get("cfg:a"))
+        assert hit == {"NearCache.get_routed": 1}
+        drop("cfg:b")
+        installs = near.near_cache_stats()["installs"]
+        filled = _entries(lambda: near.get("cfg:b"))
+        assert filled == {"NearCache.get_routed": 1}
+        assert near.near_cache_stats()["installs"] == installs + 1  # the miss was filled
+        not_kept = _entries(lambda: near.get("other:c"))
+        for counts in (hit, filled, not_kept):
+            assert sum(counts.values()) <= limit, counts
+
+        awaited = [
+            _awaited_entries(lambda: near.aget("cfg:a")),
+            _awaited_entries(lambda: near.aget("cfg:b"), lambda: drop("cfg:b")),
+            _awaited_entries(lambda: near.aget("other:c")),
+        ]
+        assert awaited[0] == awaited[1] == {"current_bridge": 1, "NearCache.get_routed": 1}
+        for counts in awaited:
+            assert sum(counts.values()) <= awaited_limit, counts
+        assert near.near_cache_stats()["installs"] == installs + 2
+        assert near.get("cfg:b") == 2 and near.get("other:c") == 3
+    finally:
+        stop_tracking(near)
+        plain.close()
+
+
+def test_a_get_many_places_a_clusters_fills_with_one_slot_lookup(
+    request: pytest.FixtureRequest,
+) -> None:
+    near = _cache("cluster", request, near=True)
+    try:
+        names = [f"cfg:m{i}" for i in range(12)]
+        near.set_many({name: i for i, name in enumerate(names)})
+        serving(near)
+        near._client._store.forget_keys([near.make_and_validate_key(n) for n in names], False)
+        got: dict[str, Any] = {}
+        counts = _entries(lambda: got.update(near.get_many(names)))
+        assert got == {name: i for i, name in enumerate(names)}
+        assert counts.get("key_slots") == 1 and "key_slot" not in counts, counts
+        # Every key was filled, from the primaries that own them (12 keys span them).
+        assert near.near_cache_stats()["entries"] == len(names)
+    finally:
+        stop_tracking(near)
