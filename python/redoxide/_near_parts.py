@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redoxide._near_options import NearCacheConfig
-from redoxide._protocols import ClientLike, owner, spans_primaries
-from redoxide._redoxide import Bridge, Client, NearCache, key_slot
+from redoxide._protocols import ClientLike
+from redoxide._redoxide import Bridge, Client, NearCache, key_slots
 from redoxide.exceptions import (
     CacheError,
     ClusterDownError,
@@ -31,12 +31,13 @@ __all__ = [
     "NearReads",
     "Part",
     "answered",
+    "by_slot",
     "cancel",
     "fill_parts",
     "forgets",
-    "home",
     "placed",
     "tracked_prefixes",
+    "unsent",
 ]
 
 #: What a router recovers from (a slot that moved or is moving, a primary that failed over or
@@ -112,12 +113,36 @@ def tracked_prefixes(
     return tuple(f"{key_prefix}:{version}:{p}" for p in settings.prefixes)
 
 
-def home(client: ClientLike, keys: list[Any]) -> Client | None:
-    """The one primary that owns every key of a set_many (on a cluster, keys of one slot: an
-    MSET spans no slots), where it can go through the tracking connection; None if none."""
-    if not keys or (spans_primaries(client) and len({key_slot(k) for k in keys}) > 1):
-        return None
-    return owner(client, keys[0])
+def by_slot(table: list[Client], keys: list[Any], values: list[Any]) -> list[Any]:
+    """A cluster's set_many by slot (an MSET spans no slots): (the slot's primary by
+    `table`, its keys, their values) for each slot, in the order first named."""
+    parts: dict[int, tuple[Client, list[Any], list[Any]]] = {}
+    for key, value, slot in zip(keys, values, key_slots(keys), strict=True):
+        part = parts.get(slot)
+        if part is None:
+            part = parts[slot] = (table[slot], [], [])
+        part[1].append(key)
+        part[2].append(value)
+    return list(parts.values())
+
+
+def unsent(
+    parts: list[Any], outcomes: list[Any], ttl_ms: int | None
+) -> tuple[SetMany | None, BaseException | None]:
+    """Of a set_many's parts sent through the tracking connections (`outcomes`: a reply, an
+    exception, or NotImplemented for a part not sent): the set_many of the parts to send
+    through the router (not sent, or refused by their node: nothing of them applied), and
+    the first other error."""
+    keys: list[Any] = []
+    values: list[Any] = []
+    error: BaseException | None = None
+    for (_, part_keys, part_values), outcome in zip(parts, outcomes, strict=True):
+        if outcome is NotImplemented or isinstance(outcome, REROUTED_WRITES):
+            keys += part_keys
+            values += part_values
+        elif isinstance(outcome, BaseException) and error is None:
+            error = outcome
+    return (SetMany(keys, values, ttl_ms) if keys else None), error
 
 
 def fill_parts(

@@ -206,6 +206,12 @@ class NearCache:
         recovers: tuple[type[BaseException], ...],
     ) -> None: ...
     def get_routed(self, key: str, bridge: Bridge | None = None) -> Any: ...
+    def set_many_parts(
+        self,
+        parts: list[tuple[Client, list[str | bytes], list[bytes]]],
+        ttl_ms: int | None = None,
+        bridge: Bridge | None = None,
+    ) -> list[Any]: ...
     def mget(
         self,
         client: Client,

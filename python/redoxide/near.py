@@ -41,12 +41,13 @@ from redoxide._near_parts import (
     NearReads,
     Part,
     answered,
+    by_slot,
     cancel,
     fill_parts,
     forgets,
-    home,
     placed,
     tracked_prefixes,
+    unsent,
 )
 from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
 from redoxide._redoxide import Bridge, Client, key_slots
@@ -54,6 +55,7 @@ from redoxide._registry import Registry, track
 from redoxide.exceptions import CacheError
 from redoxide.plans import Plan
 from redoxide.topology.calls import Call, Execute, Pipeline, PipelineResults, Set, SetMany
+from redoxide.topology.parts import together
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
@@ -459,13 +461,70 @@ class NearClient(Topology):
         keys = list(keys)
         values = list(values)
         call = SetMany(keys, values, ttl_ms)
-        node = self._inner if self._direct else home(self._inner, keys) if self._follow() else None
-        if node is not None:
-            args = (node, keys, values, ttl_ms)
+        homes = self._inner if self._direct else self._homes() if keys else None
+        if type(homes) is list:  # a cluster: by slot
+            parts = by_slot(homes, keys, values)
+            if len(parts) > 1:
+                return self._set_parts(parts, call, bridge)
+            homes = parts[0][0]
+        if homes is not None:
+            args = (homes, keys, values, ttl_ms)
             done = self._through(self._store.set_many, keys, args, bridge, call)
             if done is not NotImplemented:
                 return done
         return self._write(call, bridge)
+
+    def _set_parts(self, parts: list[Any], call: SetMany, bridge: Bridge | None) -> Any:
+        """A cluster's set_many over several slots: each slot's keys through the tracking
+        connection of its primary (`NearCache.set_many_parts`, all sent at once), the
+        process' other near caches dropping them before and after; the parts that do not go
+        that way (no key kept), or that a node refused, through the router, dropping them."""
+        keys, _, ttl_ms = call.args
+        others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
+        _forget_in(others, keys)
+        try:
+            outcomes = self._store.set_many_parts(parts, ttl_ms, bridge)
+        except BaseException:
+            _forget_in(others, keys, count=False)
+            raise
+        if bridge is not None:
+            return self._aset_parts(parts, outcomes, call, others, bridge)
+        try:
+            rest, error = unsent(parts, outcomes, ttl_ms)
+            if rest is not None:
+                self._write(rest, None)
+            if error is not None:
+                raise error
+            return None
+        finally:
+            _forget_in(others, keys, count=False)
+
+    async def _aset_parts(
+        self,
+        parts: list[Any],
+        outcomes: list[Any],
+        call: SetMany,
+        others: tuple[NearClient, ...],
+        bridge: Bridge,
+    ) -> None:
+        try:
+            sent = [o is not NotImplemented and not isinstance(o, BaseException) for o in outcomes]
+            together([o for o, was_sent in zip(outcomes, sent, strict=True) if was_sent])
+            done: list[Any] = []
+            for outcome, was_sent in zip(outcomes, sent, strict=True):
+                if was_sent:
+                    try:
+                        outcome = await outcome
+                    except CacheError as exc:
+                        outcome = exc
+                done.append(outcome)
+            rest, error = unsent(parts, done, call.args[2])
+            if rest is not None:
+                await self._write(rest, bridge)
+            if error is not None:
+                raise error
+        finally:
+            _forget_in(others, call.args[0], count=False)
 
 
 _near_clients: Registry[NearClient] = Registry()

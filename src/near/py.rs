@@ -358,6 +358,19 @@ impl NearCache {
         })
     }
 
+    /// set_many in parts through the tracking connections (`py/writes.rs`): `parts` is a list
+    /// of (client, keys, values).
+    #[pyo3(signature = (parts, ttl_ms=None, bridge=None))]
+    fn set_many_parts(
+        &self,
+        py: Python<'_>,
+        parts: &Bound<'_, PyAny>,
+        ttl_ms: Option<u64>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyList>> {
+        guard(|| self.set_many_parts_body(py, parts, ttl_ms, bridge))
+    }
+
     /// get_many on one server, `rest(keys, found, bridge)` filling the misses (`py/reads.rs`).
     #[pyo3(signature = (client, rest, keys, bridge=None))]
     fn mget(

@@ -335,12 +335,16 @@ impl Write {
 
     /// Send it and wait (the GIL released by the caller).
     pub fn call(self, near: &Arc<Near>) -> Result<Value> {
+        self.start(near)?.wait()
+    }
+
+    /// Send it: what to wait on for its outcome (several writes can be sent before any is
+    /// waited for).
+    pub fn start(self, near: &Arc<Near>) -> Result<Sent> {
         let timeout = self.writer.conn.response_timeout();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.send(near, move |outcome| drop(tx.send(outcome)))?;
-        rx.recv_timeout(timeout + GRACE).unwrap_or_else(|_| {
-            Err(Error::Timeout(format!("Redis did not answer within {timeout:?}")))
-        })
+        Ok(Sent { rx, timeout })
     }
 
     /// The conversion of its reply for Python.
@@ -356,6 +360,23 @@ impl Write {
         let convert = self.convert;
         self.send(near, move |outcome| completed.complete(outcome, &queue))?;
         Ok(Pending::new(slot, bridge, None, convert))
+    }
+}
+
+/// A write sent (`Write::start`), its outcome to wait for.
+pub struct Sent {
+    rx: std::sync::mpsc::Receiver<Result<Value>>,
+    timeout: Duration,
+}
+
+impl Sent {
+    /// Its outcome, once its reply is read and its values installed (the GIL released by the
+    /// caller); a timeout past the connection's response timeout.
+    pub fn wait(self) -> Result<Value> {
+        let timeout = self.timeout;
+        self.rx.recv_timeout(timeout + GRACE).unwrap_or_else(|_| {
+            Err(Error::Timeout(format!("Redis did not answer within {timeout:?}")))
+        })
     }
 }
 

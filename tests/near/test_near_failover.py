@@ -145,6 +145,28 @@ def test_an_own_write_of_a_kept_key_whose_slot_moved_goes_through_the_router() -
         asyncio.run(near.aset("cfg:moving2", "rerouted"))
         assert plain.get("cfg:moving2") == "rerouted"
         wait_for("the new owner's value", lambda: _read(near, "cfg:moving2") == "rerouted")
+        # A set_many over several slots, one of which moved: the other slots' keys go through
+        # their primaries' tracking connections and stay kept as written; the moved slot's
+        # part, refused, goes through the router. Sync, then awaited.
+        for run in ("sync", "async"):
+            many = {f"cfg:{run}:{i}": f"{run}{i}" for i in range(4)}
+            slots = {key_slot(near.make_and_validate_key(k)) for k in many}
+            assert len(slots) == len(many)  # four slots
+            plain.set_many(dict.fromkeys(many, "old"))
+            for key in many:
+                assert warm(near, key) == "old"
+            first = near.make_and_validate_key(f"cfg:{run}:0")
+            own.migrate(key_slot(first), [first], finish=True)
+            before = near.near_cache_stats()
+            if run == "sync":
+                near.set_many(many)
+            else:
+                asyncio.run(near.aset_many(many))
+            assert plain.get_many(list(many)) == many
+            kept = near.near_cache_stats()["own_writes_kept"] - before["own_writes_kept"]
+            assert kept == len(many) - 1
+            for key, value in many.items():
+                wait_for(f"{key} read back", lambda k=key, v=value: _read(near, k) == v)
 
 
 def test_keys_the_server_evicts_are_dropped(make_near: Callable[..., Any]) -> None:

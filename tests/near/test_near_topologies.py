@@ -213,6 +213,18 @@ def test_own_writes_of_kept_keys_stay_kept_on_every_topology(
         after = near.near_cache_stats()
         assert after["own_writes_kept"] - before["own_writes_kept"] == len(group), after
         assert after["misses"] == before["misses"], (before, after)
+        # And set_many of keys every primary owns (on a cluster, of many slots: each slot's
+        # through its primary's tracking connection), with keys not kept among them, which
+        # are written the usual way.
+        before = near.near_cache_stats()
+        want = {key: f"m{n}" for n, key in enumerate(keys)}
+        ops.set_many({**want, "other:a": 1, "other:b": 2})
+        for _ in range(2):
+            assert ops.get_many(keys) == want
+        after = near.near_cache_stats()
+        assert after["own_writes_kept"] - before["own_writes_kept"] == len(keys), after
+        assert after["misses"] == before["misses"], (before, after)
+        assert plain.get_many([*keys, "other:a", "other:b"]) == {**want, "other:a": 1, "other:b": 2}
         plain.set_many(dict.fromkeys(keys, "theirs"))
         wait_for(
             "another client's write after ours",

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
 
+use super::keys::key_bytes;
 use super::NearCache;
 use crate::bridge::{Bridge, Finish};
 use crate::near::store::Flush;
@@ -144,5 +146,69 @@ impl NearCache {
             }
             Some(bridge) => Ok(Py::new(py, write.submit(&self.near, bridge)?)?.into_any()),
         }
+    }
+
+    /// set_many in parts (a cluster's keys by slot, each part on the primary that owns its
+    /// slot) through the tracking connections, every part sent before any is waited for:
+    /// each part's reply (with `bridge` its awaitable), the exception that failed it, or
+    /// NotImplemented for a part that does not go this way (nothing of it sent: no key kept,
+    /// or no tracking connection up). The caller sends those parts, and those a node refused,
+    /// the usual way.
+    pub(super) fn set_many_parts_body(
+        &self,
+        py: Python<'_>,
+        parts: &Bound<'_, PyAny>,
+        ttl_ms: Option<u64>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyList>> {
+        let mut writes = Vec::new();
+        for part in parts.try_iter()? {
+            let (client, keys, values): (Bound<'_, Client>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                part?.extract()?;
+            let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+            let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
+            let items: Option<Vec<(&[u8], &[u8])>> = keys
+                .iter()
+                .zip(&values)
+                .map(|(key, value)| {
+                    Some((key_bytes(key)?, value.cast::<PyBytes>().ok()?.as_bytes()))
+                })
+                .collect();
+            writes.push(match items {
+                Some(items) if !items.is_empty() && keys.len() == values.len() => {
+                    write::Write::set_many(&self.near, client.get(), &items, ttl_ms)
+                }
+                _ => None,
+            });
+        }
+        let out = PyList::empty(py);
+        let Some(bridge) = bridge else {
+            let converts: Vec<_> = writes.iter().map(|w| w.as_ref().map(|w| w.convert())).collect();
+            let near = &self.near;
+            let outcomes: Vec<_> = py.detach(|| {
+                let sent: Vec<_> = writes.into_iter().map(|w| w.map(|w| w.start(near))).collect();
+                sent.into_iter().map(|s| s.map(|s| s.and_then(write::Sent::wait))).collect()
+            });
+            for (outcome, convert) in outcomes.into_iter().zip(converts) {
+                // (An error among a pipeline's replies, SET PX's, raises as it is converted.)
+                match (outcome.map(|o| o.map_err(PyErr::from)), convert) {
+                    (Some(Ok(reply)), Some(convert)) => match convert(py, reply) {
+                        Ok(value) => out.append(value)?,
+                        Err(err) => out.append(err.into_value(py))?,
+                    },
+                    (Some(Err(err)), _) => out.append(err.into_value(py))?,
+                    _ => out.append(py.NotImplemented())?,
+                }
+            }
+            return Ok(out.unbind());
+        };
+        for write in writes {
+            match write.map(|w| w.submit(&self.near, bridge.clone_ref(py))) {
+                Some(Ok(pending)) => out.append(Py::new(py, pending)?)?,
+                Some(Err(err)) => out.append(PyErr::from(err).into_value(py))?,
+                None => out.append(py.NotImplemented())?,
+            }
+        }
+        Ok(out.unbind())
     }
 }
