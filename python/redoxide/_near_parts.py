@@ -1,6 +1,6 @@
 """The near cache's parts (redoxide.near uses them): which keys a write drops and how to find
-them, a get_many's fills sent to their primaries and their outcomes put in place, what a
-router recovers from, and the server key prefixes a configuration keeps."""
+them, a get_many's fill outcomes put in place, a cluster set_many by slot, what a router
+recovers from, and the server key prefixes a configuration keeps."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from redoxide.exceptions import (
 )
 from redoxide.topology.base import ReadClient
 from redoxide.topology.calls import Call, Execute, Pipeline, Set, SetMany
-from redoxide.topology.parts import together
 
 R = TypeVar("R")
 
@@ -29,11 +28,8 @@ __all__ = [
     "ROUTER_RECOVERS",
     "Forget",
     "NearReads",
-    "Part",
     "answered",
     "by_slot",
-    "cancel",
-    "fill_parts",
     "forgets",
     "placed",
     "tracked_prefixes",
@@ -72,10 +68,6 @@ def forgets(call: Call[Any]) -> tuple[Forget, Any]:
     if isinstance(call, SetMany):
         return NearCache.forget_keys, first
     raise TypeError(f"redoxide: {type(call).__name__} is not a write")
-
-
-#: A primary's share of a get_many's fills: positions, keys, fill tokens.
-Part = tuple[list[int], list[Any], list[Any]]
 
 
 def answered(error: CacheError, found: list[Any]) -> None:
@@ -143,53 +135,6 @@ def unsent(
         elif isinstance(outcome, BaseException) and error is None:
             error = outcome
     return (SetMany(keys, values, ttl_ms) if keys else None), error
-
-
-def fill_parts(
-    store: NearCache, parts: list[Any], bridge: Bridge | None = None
-) -> list[Any] | Awaitable[list[Any]]:
-    """A step: each primary's part of a get_many's fills (node, (positions, keys, tokens)),
-    all sent at once: its values, or the exception that failed its round trip."""
-    if bridge is not None:
-        return _afill_parts(store, parts, bridge)
-    if len(parts) > 1:
-        return store.fill_fanout([(node, names, tokens) for node, (_, names, tokens) in parts])
-    ((node, (_, names, tokens)),) = parts
-    try:
-        return [store.fill_keys(node, names, tokens)]
-    except CacheError as exc:
-        return [exc]
-
-
-async def _afill_parts(store: NearCache, parts: list[Any], bridge: Bridge) -> list[Any]:
-    pending: list[Any] = []
-    for n, (node, (_, names, tokens)) in enumerate(parts):
-        try:
-            pending.append(store.fill_keys(node, names, tokens, False, bridge))
-        except CacheError as exc:  # not sent: its tokens are cancelled, the others go on
-            pending.append(exc)
-        except BaseException:
-            for _, (_, later, later_tokens) in parts[n + 1 :]:
-                cancel(store, later, later_tokens)
-            raise
-    together([p for p in pending if not isinstance(p, BaseException)])
-    outcomes: list[Any] = []
-    for waiting in pending:
-        if isinstance(waiting, BaseException):
-            outcomes.append(waiting)
-            continue
-        try:
-            outcomes.append(await waiting)
-        except CacheError as exc:
-            outcomes.append(exc)
-    return outcomes
-
-
-def cancel(store: NearCache, keys: list[Any], tokens: list[Any]) -> None:
-    """Cancel the fill tokens of fills that will not start."""
-    for key, token in zip(keys, tokens, strict=True):
-        if token is not None:
-            store.cancel(key, token)
 
 
 class NearReads(ReadClient):

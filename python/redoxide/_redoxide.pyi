@@ -193,9 +193,6 @@ class NearCache:
     ) -> NearCache: ...
     def track(self, clients: list[Client], check_db: bool = True) -> None: ...
     def lookup(self, key: str | bytes) -> bytes | int | bool | None: ...
-    def lookup_many(
-        self, keys: Iterable[str | bytes], may_wait: bool = False
-    ) -> tuple[list[bytes | int | bool | None] | None, bool]: ...
     def get(self, client: Client, key: str, bridge: Bridge | None = None) -> Any: ...
     def route(
         self,
@@ -204,8 +201,11 @@ class NearCache:
         read: Callable[..., Any],
         recovered: Callable[[Any, str, Bridge], Awaitable[Any]],
         recovers: tuple[type[BaseException], ...],
+        read_many: Callable[..., Any],
+        finish: Callable[[list[Any], list[Any], list[Any], list[int], Bridge | None], Any],
     ) -> None: ...
     def get_routed(self, key: str, bridge: Bridge | None = None) -> Any: ...
+    def mget_routed(self, keys: Iterable[str | bytes], bridge: Bridge | None = None) -> Any: ...
     def set_many_parts(
         self,
         parts: list[tuple[Client, list[str | bytes], list[bytes]]],
@@ -215,7 +215,7 @@ class NearCache:
     def mget(
         self,
         client: Client,
-        rest: Callable[[list[Any], list[Any], Bridge | None], Any],
+        rest: Callable[[list[Any], list[int], Any], Awaitable[list[Any]]],
         keys: Iterable[str | bytes],
         bridge: Bridge | None = None,
     ) -> Any: ...

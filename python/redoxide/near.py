@@ -4,9 +4,10 @@ coherent by the server's client tracking.
 ``NearClient`` wraps the cache's client (the Rust client or a router) and satisfies
 ``ClientLike`` itself, so the cache's methods and plans run unchanged over it:
 
-- get / get_many / has_key (EXISTS) look in the Rust store first (one call: the bytes of a
-  hit, or the token of a fill registered *before* the request is sent); a fill reads GET and
-  PTTL in one round trip and installs only if no invalidation or flush killed its token;
+- get / get_many / has_key (EXISTS) look in the Rust store first, and a miss is filled in the
+  same call into the core (its token registered *before* the request is sent, and never seen
+  by Python): GET and PTTL in one round trip, installed only if no invalidation or flush
+  killed the token;
 - every other command drops the tracked keys it names before it is sent and again once it
   is answered (so this process reads its own writes even against a concurrent fill);
   FLUSHDB / FLUSHALL / SWAPDB drop everything;
@@ -14,22 +15,23 @@ coherent by the server's client tracking.
   there without the GIL, and hits are refused while the tracking connections are silent;
 - on one server, as the only near cache of the process, get / get_many / execute / set /
   set_many are the store's own methods (`_bind`): lookups and fill, or a write and its drops;
-  on a router, get is the store's ``get_routed`` (one call, hit, miss or key not kept: the
-  router's `homes()` name the key's primary, and its own get serves what that cannot).
+  on a router, get and get_many are the store's ``get_routed`` / ``mget_routed`` (the
+  router's `homes()` name each key's primary, and the router reads what cannot be placed
+  or meets a moved slot: `_recovered`, `_finish_many`).
 
 Fills read the tracked primary (a lagging replica could hand back a value older than an
 invalidation already sent), one protocol in the core (``NearCache.fill`` / ``fill_keys``: one
 round trip per primary); this process' writes of kept keys go through the tracking connection
-of the primary that owns them (``_through``), and the value written is kept.
+of the primary that owns them (``_through``; a cluster's set_many over several slots, each
+slot's part through its primary's: ``_set_parts``), and the value written is kept.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import secrets
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, overload
 
 from redoxide import _redoxide, plans
@@ -39,18 +41,15 @@ from redoxide._near_parts import (
     ROUTER_RECOVERS,
     Forget,
     NearReads,
-    Part,
     answered,
     by_slot,
-    cancel,
-    fill_parts,
     forgets,
     placed,
     tracked_prefixes,
     unsent,
 )
 from redoxide._protocols import ClientLike, Command, Topology, owner, primaries, spans_primaries
-from redoxide._redoxide import Bridge, Client, key_slots
+from redoxide._redoxide import Bridge, Client
 from redoxide._registry import Registry, track
 from redoxide.exceptions import CacheError
 from redoxide.plans import Plan
@@ -135,12 +134,13 @@ class NearClient(Topology):
         for name in ("get", "execute", "set", "set_many", "mget"):
             bound.pop(name, None)
             if alone:
-                extra = (self._fill_rest,) if name == "mget" else ()
+                extra = (self._afill_here,) if name == "mget" else ()
                 bound[name] = functools.partial(getattr(store, name), inner, *extra)
         if not self._direct:
             reads = isinstance(inner, Topology) and inner.reads_home
-            store.route(self._homes, reads, inner.get, self._recovered, ROUTER_RECOVERS)
-            bound["get"] = store.get_routed
+            recovers = (self._recovered, ROUTER_RECOVERS)
+            store.route(self._homes, reads, inner.get, *recovers, inner.mget, self._finish_many)
+            bound["get"], bound["mget"] = store.get_routed, store.mget_routed
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -234,11 +234,6 @@ class NearClient(Topology):
             and all(a is b for a, b in zip(nodes, known, strict=True))
         )
 
-    def _refused(self) -> None:
-        # A refusal of tracking (the near cache is off), or of the database marker (it stays
-        # on, without seeing SWAPDB): said once, by the lookup that found it.
-        logging.getLogger(self._logger).warning("redoxide: %s", self._store.notice())
-
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, key: str, bridge: Bridge | None = None) -> Any:
@@ -267,35 +262,67 @@ class NearClient(Topology):
         return homes
 
     def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
-        keys = keys if type(keys) is list else list(keys)
-        # A sync caller on one server waits for the fills other threads have in flight.
-        found, all_hits = self._store.lookup_many(keys, bridge is None and self._direct)
-        if found is None:
-            return self._inner.mget(keys) if bridge is None else self._inner.mget(keys, bridge)
-        if all_hits:
-            return found if bridge is None else _redoxide.Ready(found)
-        return self._fill_rest(keys, found, bridge)
+        # (Bound by `_bind` on a router, and on one server as the only near cache.)
+        if self._direct:
+            return self._store.mget(self._inner, self._afill_here, keys, bridge)
+        return self._store.mget_routed(keys, bridge)
 
-    def _fill_rest(self, keys: list[Any], found: list[Any], bridge: Bridge | None) -> Any:
-        """get_many's misses among `found` filled (``NearCache.mget`` on one server calls it)."""
-        plan = self._fill_many(keys, found)
-        return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
+    async def _afill_here(self, found: list[Any], at: list[int], pending: Any) -> list[Any]:
+        """An awaited get_many's fill on one server (``NearCache.mget`` hands it over): its
+        values put in place; an error carries what did answer as ``partial_values``."""
+        try:
+            values = await pending
+        except CacheError as exc:
+            answered(exc, found)
+            raise
+        for i, value in zip(at, values, strict=True):
+            found[i] = value
+        return found
 
-    def _fill_many(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
-        """get_many: hits from the store; the misses filled (``NearCache.fill_keys``, the one
-        fill protocol, for every key at once) on the primaries that own them, one round trip
-        each, all sent before any reply is read. The keys a fill could not place (no owner
-        known, a slot moving, a primary gone) are read through the router, installing
+    def _finish_many(
+        self,
+        keys: list[Any],
+        found: list[Any],
+        outcomes: list[Any],
+        routed: list[int],
+        bridge: Bridge | None,
+    ) -> Any:
+        """A get_many's end on a router (``NearCache.mget_routed`` hands it over, its fills
+        sent: each primary's positions and outcome, a list of values or the exception that
+        failed it; with `bridge`, its awaitable): see `_placed`."""
+        if bridge is None:
+            return plans.run(self._placed(keys, found, outcomes, routed))
+        return self._afinish_many(keys, found, outcomes, routed, bridge)
+
+    async def _afinish_many(
+        self,
+        keys: list[Any],
+        found: list[Any],
+        outcomes: list[Any],
+        routed: list[int],
+        bridge: Bridge,
+    ) -> list[Any]:
+        together([o for _, o in outcomes if not isinstance(o, BaseException)])
+        done: list[Any] = []
+        for at, outcome in outcomes:
+            if not isinstance(outcome, BaseException):
+                try:
+                    outcome = await outcome
+                except CacheError as exc:
+                    outcome = exc
+            done.append((at, outcome))
+        return await plans.arun(self._placed(keys, found, done, routed), bridge)
+
+    def _placed(
+        self, keys: list[Any], found: list[Any], outcomes: list[Any], routed: list[int]
+    ) -> Plan[list[Any]]:
+        """Each primary's fill outcome put in place; the keys a fill could not place (no
+        owner known, a slot moving, a primary gone) read through the router, installing
         nothing. An error carries what did answer (hits, filled keys, the router's partial
         read) as ``partial_values``: a fail-open get_many returns those."""
-        if self._direct:
-            return (yield from self._fill_here(keys, found))
-        parts, routed = self._parts(keys, found)
         try:
-            if parts:
-                outcomes = yield fill_parts, (self._store, list(parts.items()))
-                for (at, _, _), outcome in zip(parts.values(), outcomes, strict=True):
-                    routed += placed(at, outcome, found)
+            for at, outcome in outcomes:
+                routed += placed(at, outcome, found)
             if routed:
                 routed.sort()
                 try:
@@ -313,52 +340,6 @@ class NearClient(Topology):
         except CacheError as exc:
             answered(exc, found)
             raise
-
-    def _fill_here(self, keys: list[Any], found: list[Any]) -> Plan[list[Any]]:
-        """_fill_many on one server: every miss in one ``fill_keys`` round trip, whose errors
-        (an error reply too) are the caller's."""
-        at, names, tokens = map(list, zip(*self._misses(keys, found), strict=True))
-        try:
-            values = yield self._store.fill_keys, (self._inner, names, tokens, True)
-        except CacheError as exc:
-            answered(exc, found)
-            raise
-        for i, value in zip(at, values, strict=True):
-            found[i] = value
-        return found
-
-    def _misses(self, keys: list[Any], found: list[Any]) -> Iterator[tuple[int, Any, Any]]:
-        """The misses among `found`: position, key, and fill token (None: not kept here, or
-        the near cache was just turned off, which is said once)."""
-        for i, (key, hit) in enumerate(zip(keys, found, strict=True)):
-            if type(hit) is bytes:
-                continue
-            if hit is False:
-                self._refused()
-                hit = None
-            yield i, key, hit
-
-    def _parts(self, keys: list[Any], found: list[Any]) -> tuple[dict[Any, Part], list[int]]:
-        """The misses among `found` by the primary that owns them (positions, keys, fill
-        tokens: None for a key not kept), a cluster's keys placed by one slot lookup; and
-        the positions of the misses to read through the router (every one while where keys
-        live is not known or not tracked: their tokens cancelled)."""
-        parts: dict[Any, Part] = {}
-        misses = list(self._misses(keys, found))
-        homes = self._homes()
-        if homes is None:
-            cancel(self._store, [key for _, key, _ in misses], [hit for _, _, hit in misses])
-            return parts, [i for i, _, _ in misses]
-        if type(homes) is list:
-            nodes = [homes[slot] for slot in key_slots([key for _, key, _ in misses])]
-        else:
-            nodes = [homes] * len(misses)
-        for (i, key, hit), node in zip(misses, nodes, strict=True):
-            at, names, tokens = parts.setdefault(node, ([], [], []))
-            at.append(i)
-            names.append(key)
-            tokens.append(hit)
-        return parts, []
 
     # -- writes (and has_key) ----------------------------------------------------------------
 

@@ -151,11 +151,14 @@ impl NearCache {
         })
     }
 
-    /// Make this store a router's get (`get_routed`; see `py/lookup.rs`): `homes()` names
-    /// where keys live once tracked; `reads`: get reads a key from its primary; `read(key,
-    /// bridge)` is the router's get; `recovered(pending, key, bridge)` awaits a fill or read,
-    /// reading through the router if it meets one of `recovers` (the errors a router
-    /// recovers from). Set once: a second call changes nothing.
+    /// Make this store a router's get and get_many (`get_routed`, `mget_routed`; see
+    /// `py/lookup.rs`, `py/reads.rs`): `homes()` names where keys live once tracked; `reads`:
+    /// get reads a key from its primary; `read(key, bridge)` and `read_many(keys, bridge)`
+    /// are the router's get and get_many; `recovered(pending, key, bridge)` awaits a fill or
+    /// read, reading through the router if it meets one of `recovers` (the errors a router
+    /// recovers from); `finish(keys, found, outcomes, routed, bridge)` ends a get_many. Set
+    /// once: a second call changes nothing.
+    #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
         homes: Py<PyAny>,
@@ -163,8 +166,11 @@ impl NearCache {
         read: Py<PyAny>,
         recovered: Py<PyAny>,
         recovers: Py<PyAny>,
+        read_many: Py<PyAny>,
+        finish: Py<PyAny>,
     ) {
-        _ = self.route.set(Route { homes, reads, read, recovered, recovers });
+        let route = Route { homes, reads, read, recovered, recovers, read_many, finish };
+        _ = self.route.set(route);
     }
 
     /// get on a router, in one call (`py/lookup.rs`; `route` first).
@@ -371,7 +377,8 @@ impl NearCache {
         guard(|| self.set_many_parts_body(py, parts, ttl_ms, bridge))
     }
 
-    /// get_many on one server, `rest(keys, found, bridge)` filling the misses (`py/reads.rs`).
+    /// get_many on one server (`py/reads.rs`): `rest(found, positions, pending)` places an
+    /// awaited fill's values.
     #[pyo3(signature = (client, rest, keys, bridge=None))]
     fn mget(
         &self,
@@ -384,17 +391,15 @@ impl NearCache {
         guard(|| self.mget_direct(py, client, rest, keys, bridge))
     }
 
-    /// `lookup` for each key (one call for get_many), and whether every key was a hit; the
-    /// list is None when no key is kept here. With `may_wait` (a sync caller on one server),
-    /// keys another thread is filling are waited for, as in `get`.
-    #[pyo3(signature = (keys, may_wait=false))]
-    fn lookup_many<'py>(
+    /// get_many on a router, in one call (`py/reads.rs`; `route` first).
+    #[pyo3(signature = (keys, bridge=None))]
+    fn mget_routed(
         &self,
-        py: Python<'py>,
-        keys: &Bound<'py, PyAny>,
-        may_wait: bool,
-    ) -> PyResult<(Option<Bound<'py, PyList>>, bool)> {
-        guard(|| self.lookup_list(py, keys, may_wait))
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.mget_routed_body(py, keys, bridge))
     }
 
     /// Whether a write of `key` goes through a tracking connection (a router asks before it

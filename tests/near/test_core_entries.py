@@ -64,6 +64,10 @@ def _awaited_entries(
     return counts
 
 
+async def _aget_many(cache: Any, names: list[str]) -> Any:
+    return await cache.aget_many(names)
+
+
 def _cache(topology: str, request: pytest.FixtureRequest, near: bool) -> Any:
     settings = topology_settings(topology, request)
     options = dict(settings.get("OPTIONS", {}))
@@ -118,20 +122,47 @@ def test_a_near_cached_get_enters_the_core_no_more_than_a_plain_get(
         plain.close()
 
 
-def test_a_get_many_places_a_clusters_fills_with_one_slot_lookup(
-    request: pytest.FixtureRequest,
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_a_near_cached_get_many_enters_the_core_no_more_than_a_plain_one(
+    topology: str, request: pytest.FixtureRequest
 ) -> None:
-    near = _cache("cluster", request, near=True)
+    # Its keys span every primary of a cluster: the misses are placed by slot in the core,
+    # and each primary's fill sent from there.
+    plain = _cache(topology, request, near=False)
+    near = _cache(topology, request, near=True)
     try:
         names = [f"cfg:m{i}" for i in range(12)]
-        near.set_many({name: i for i, name in enumerate(names)})
+        want = {name: i for i, name in enumerate(names)}
+        for cache in (plain, near):
+            cache.set_many(want)
         serving(near)
-        near._client._store.forget_keys([near.make_and_validate_key(n) for n in names], False)
-        got: dict[str, Any] = {}
-        counts = _entries(lambda: got.update(near.get_many(names)))
-        assert got == {name: i for i, name in enumerate(names)}
-        assert counts.get("key_slots") == 1 and "key_slot" not in counts, counts
-        # Every key was filled, from the primaries that own them (12 keys span them).
-        assert near.near_cache_stats()["entries"] == len(names)
+        limits = {
+            False: sum(_entries(lambda: plain.get_many(names)).values()),
+            True: sum(_awaited_entries(lambda: plain.aget_many(names)).values()),
+        }
+        store = near._client._store
+        made = [near.make_and_validate_key(n) for n in names]
+
+        def drop() -> None:
+            store.forget_keys(made, False)
+
+        for awaited in (False, True):
+            drop()
+            installs = near.near_cache_stats()["installs"]
+            if awaited:  # (its first run fills them too: dropped again before the count)
+                counts = _awaited_entries(lambda: near.aget_many(names), drop)
+            else:
+                got: list[Any] = []
+                counts = _entries(lambda out=got: out.append(near.get_many(names)))
+                assert got == [want]
+            assert sum(counts.values()) <= limits[awaited], counts
+            assert "key_slot" not in counts and "key_slots" not in counts, counts
+            filled = near.near_cache_stats()["installs"] - installs
+            assert filled == len(names) * (2 if awaited else 1)
+        assert asyncio.run(_aget_many(near, names)) == want
+        # Hits: one call, the values decoded.
+        hits = _entries(lambda: near.get_many(names))
+        assert sum(hits.values()) <= limits[False], hits
     finally:
         stop_tracking(near)
+        plain.close()

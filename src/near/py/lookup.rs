@@ -124,11 +124,15 @@ pub(super) struct Route {
     pub(super) recovered: Py<PyAny>,
     /// The errors a router recovers from (a tuple of exception classes).
     pub(super) recovers: Py<PyAny>,
+    /// The router's get_many: `read_many(keys, bridge)`.
+    pub(super) read_many: Py<PyAny>,
+    /// A get_many's end (`py/reads.rs`): `finish(keys, found, outcomes, routed, bridge)`.
+    pub(super) finish: Py<PyAny>,
 }
 
 /// The primary that owns `key` by `homes` (a router's `homes()`: its one primary, or a
 /// cluster's slot table); None when it names none.
-fn home<'py>(homes: &Bound<'py, PyAny>, key: &[u8]) -> Option<Bound<'py, Client>> {
+pub(super) fn home<'py>(homes: &Bound<'py, PyAny>, key: &[u8]) -> Option<Bound<'py, Client>> {
     if let Ok(table) = homes.cast::<PyList>() {
         let node = table.get_item(usize::from(slot(key))).ok()?;
         return node.cast_into::<Client>().ok();
@@ -143,6 +147,13 @@ impl NearCache {
     /// reply or a lost connection raises, for the router to read again); NotImplemented when
     /// the router reads instead, nothing installed (no owner known or tracked, or not kept
     /// here and `reads` false).
+    /// The router's `Route` (`NearCache.route`).
+    pub(super) fn routing(&self) -> PyResult<&Route> {
+        self.route.get().ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err("a router's read before route")
+        })
+    }
+
     /// `get_in_body` by the router's `Route`, with its fallbacks (see the module).
     pub(super) fn get_routed_body(
         &self,
@@ -150,10 +161,7 @@ impl NearCache {
         key: &str,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
-        let route = self
-            .route
-            .get()
-            .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("get_routed before route"))?;
+        let route = self.routing()?;
         let asked = bridge.as_ref().map(|b| b.clone_ref(py));
         match self.get_in_body(py, route.homes.bind(py), key, route.reads, asked) {
             Ok(found) if found.is(py.NotImplemented()) => {
