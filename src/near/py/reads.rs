@@ -17,15 +17,32 @@ use super::NearCache;
 use crate::bridge::Bridge;
 use crate::near::fill::{self, FillKey};
 use crate::near::ready::Ready;
+use crate::near::store::Token;
 use crate::py::client::Client;
 
 /// What a get_many's lookups found: the list to answer with (a hit's bytes, None for every
-/// other key), the misses (position, and key with its fill token: None for a key not kept
-/// here), and whether any key is kept here.
+/// other key), the misses (position, and fill token: None for a key not kept here), and
+/// whether any key is kept here.
 struct Looked<'py> {
     found: Bound<'py, PyList>,
-    misses: Vec<(usize, FillKey)>,
+    misses: Vec<(usize, Option<Token>)>,
     kept: bool,
+}
+
+/// A miss to fill: its position, its key and its fill token.
+type Miss = (usize, FillKey);
+
+impl<'py> Looked<'py> {
+    /// The misses with their keys (copied only now: most get_many that keep nothing, under
+    /// admission by use, never get here).
+    fn fills(self, keys: &Bound<'py, PyList>) -> PyResult<(Bound<'py, PyList>, Vec<Miss>)> {
+        let mut fills = Vec::with_capacity(self.misses.len());
+        for (at, token) in self.misses {
+            let key = keys.get_item(at)?;
+            fills.push((at, (Box::from(crate::py::functions::key_bytes(&key)?), token)));
+        }
+        Ok((self.found, fills))
+    }
 }
 
 /// `keys` as a list (read twice: to look up, and to send).
@@ -59,8 +76,13 @@ impl NearCache {
         let mut warned = false;
         for key in keys.iter() {
             let Ok(bytes) = crate::py::functions::key_bytes(&key) else {
-                let keys: Vec<FillKey> = looked.misses.into_iter().map(|(_, k)| k).collect();
-                fill::cancel_all(&self.near, &keys);
+                for (at, token) in looked.misses {
+                    if let (Some(token), Ok(key)) = (token, keys.get_item(at)) {
+                        if let Ok(key) = crate::py::functions::key_bytes(&key) {
+                            self.near.store.cancel(key, token);
+                        }
+                    }
+                }
                 return Ok(None);
             };
             let at = looked.found.len();
@@ -82,7 +104,7 @@ impl NearCache {
                 }
                 Found::NotKept => None,
             };
-            looked.misses.push((at, (Box::from(bytes), token)));
+            looked.misses.push((at, token));
             looked.found.append(py.None())?;
         }
         Ok(Some(looked))
@@ -102,12 +124,13 @@ impl NearCache {
     ) -> PyResult<Py<PyAny>> {
         let keys = listed(py, keys)?;
         let looked = self.look_up(py, &keys, bridge.is_none())?;
-        let Some(Looked { found, misses, kept: true }) = looked else {
+        let Some(looked @ Looked { kept: true, .. }) = looked else {
             return client.get().mget(py, keys.as_any(), bridge);
         };
-        if misses.is_empty() {
-            return answer(py, found, bridge.is_some());
+        if looked.misses.is_empty() {
+            return answer(py, looked.found, bridge.is_some());
         }
+        let (found, misses) = looked.fills(&keys)?;
         let (at, fills): (Vec<usize>, Vec<FillKey>) = misses.into_iter().unzip();
         let asked = bridge.as_ref().map(|b| b.clone_ref(py));
         let filled = fill::fill_keys(py, &self.near, client.get(), fills, true, asked);
@@ -135,12 +158,13 @@ impl NearCache {
         let route = self.routing()?;
         let keys = listed(py, keys)?;
         let looked = self.look_up(py, &keys, bridge.is_none())?;
-        let Some(Looked { found, misses, kept: true }) = looked else {
+        let Some(looked @ Looked { kept: true, .. }) = looked else {
             return route.read_many.call1(py, (keys, bridge));
         };
-        if misses.is_empty() {
-            return answer(py, found, bridge.is_some());
+        if looked.misses.is_empty() {
+            return answer(py, looked.found, bridge.is_some());
         }
+        let (found, misses) = looked.fills(&keys)?;
         // Each primary's part (its client, the positions, the keys), placed by the router's
         // homes; the keys no primary is known for are read through the router.
         let homes = route.homes.call0(py)?;
