@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
@@ -28,7 +28,7 @@ mod reads;
 mod stats;
 mod writes;
 
-use keys::{fill_keys_of, key_bytes};
+use keys::{fill_keys_of, key_bytes, set_items};
 use lookup::{Found, Route};
 
 /// Add the classes to the module.
@@ -333,20 +333,11 @@ impl NearCache {
             let alone = self.alone.load(Ordering::Relaxed);
             let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
             let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
-            let items: Option<Vec<(&[u8], &[u8])>> = keys
-                .iter()
-                .zip(&values)
-                .map(|(key, value)| {
-                    Some((key_bytes(key)?, value.cast::<PyBytes>().ok()?.as_bytes()))
-                })
-                .collect();
+            let items = set_items(&keys, &values);
             let client = client.get();
-            let write = match &items {
-                Some(items) if !items.is_empty() && keys.len() == values.len() => {
-                    write::Write::set_many(&self.near, client, items, ttl_ms)
-                }
-                _ => None,
-            };
+            let write = items
+                .as_ref()
+                .and_then(|items| write::Write::set_many(&self.near, client, items, ttl_ms));
             if write.is_some() || !alone {
                 return self.send_write(py, write, bridge);
             }

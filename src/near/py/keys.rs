@@ -45,3 +45,19 @@ pub(super) fn fill_keys_of(
     }
     Ok(out)
 }
+
+/// A set_many's keys and values as bytes, for a write through the tracking connection: None
+/// when one is not str or bytes (a key) or bytes (a value), or they are not as many, or none
+/// (the write goes the usual way, which says what is wrong).
+pub(super) fn set_items<'a>(
+    keys: &'a [Bound<'_, PyAny>],
+    values: &'a [Bound<'_, PyAny>],
+) -> Option<Vec<(&'a [u8], &'a [u8])>> {
+    if keys.is_empty() || keys.len() != values.len() {
+        return None;
+    }
+    keys.iter()
+        .zip(values)
+        .map(|(key, value)| Some((key_bytes(key)?, value.cast::<PyBytes>().ok()?.as_bytes())))
+        .collect()
+}

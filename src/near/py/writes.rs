@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::PyList;
 
-use super::keys::key_bytes;
+use super::keys::set_items;
 use super::NearCache;
 use crate::bridge::{Bridge, Finish};
 use crate::near::store::Flush;
@@ -167,19 +167,10 @@ impl NearCache {
                 part?.extract()?;
             let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
             let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
-            let items: Option<Vec<(&[u8], &[u8])>> = keys
-                .iter()
-                .zip(&values)
-                .map(|(key, value)| {
-                    Some((key_bytes(key)?, value.cast::<PyBytes>().ok()?.as_bytes()))
-                })
-                .collect();
-            writes.push(match items {
-                Some(items) if !items.is_empty() && keys.len() == values.len() => {
-                    write::Write::set_many(&self.near, client.get(), &items, ttl_ms)
-                }
-                _ => None,
-            });
+            let items = set_items(&keys, &values);
+            writes.push(items.and_then(|items| {
+                write::Write::set_many(&self.near, client.get(), &items, ttl_ms)
+            }));
         }
         let out = PyList::empty(py);
         let Some(bridge) = bridge else {
