@@ -126,7 +126,7 @@ class NearClient(Topology):
 
     def _bind(self) -> None:
         """The store's methods (see the module's docstring), undone by a second near cache;
-        on a router, get is the store's whatever the number of near caches."""
+        on a router, get and get_many are the store's whatever the number of near caches."""
         bound = self.__dict__
         alone = self._direct and len(_every) == 1 and _every[0] is self
         self._store.set_alone(alone)
