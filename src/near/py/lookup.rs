@@ -91,18 +91,8 @@ impl NearCache {
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.lookup_waiting(py, key, false)
-    }
-
-    /// `lookup_py`; with `may_wait`, as `find_waiting`.
-    pub(super) fn lookup_waiting(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        may_wait: bool,
-    ) -> PyResult<Option<Py<PyAny>>> {
         let Some(bytes) = key_bytes(key) else { return Ok(None) };
-        Ok(match self.find_waiting(py, bytes, may_wait)? {
+        Ok(match self.find_waiting(py, bytes, false)? {
             Found::NotKept => None,
             Found::Refused => Some(PyBool::new(py, false).to_owned().into_any().unbind()),
             Found::Hit(value) => Some(value.into_any().unbind()),
