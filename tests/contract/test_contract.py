@@ -15,6 +15,7 @@ contract and are not repeated.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import shutil
 import subprocess
@@ -70,11 +71,30 @@ def _download_sdist(version: str) -> Path:
 
 
 def _contract_root() -> Path:
-    """Return a directory holding Django's tests/cache package as ``cache``."""
+    """Return a directory holding Django's tests/cache package as ``cache``.
+
+    Every xdist worker imports this module, so the download and the extraction run under an
+    exclusive lock on a file beside them: one worker fetches, the others wait for the lock and
+    find the folder complete. Without it a second worker replaced the folder the first was
+    importing from (``No module named 'cache.tests'`` on a fresh clone).
+    """
     version = django.__version__
     root = CONTRACT_DIR / version
     if (root / "cache" / "tests.py").is_file():
         return root
+    CONTRACT_DIR.mkdir(exist_ok=True)
+    with open(CONTRACT_DIR / f"{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not (root / "cache" / "tests.py").is_file():
+                _extract_contract(version, root)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return root
+
+
+def _extract_contract(version: str, root: Path) -> None:
+    """Extract the sdist's tests/cache into root/cache (the caller holds the lock)."""
     sdist = _download_sdist(version)
     staging = Path(tempfile.mkdtemp(prefix="contract-", dir=CONTRACT_DIR))
     try:
@@ -93,7 +113,6 @@ def _contract_root() -> Path:
         staging.rename(root)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return root
 
 
 def _import_django_cache_tests() -> ModuleType:
@@ -101,6 +120,7 @@ def _import_django_cache_tests() -> ModuleType:
     root = str(_contract_root())
     if root not in sys.path:
         sys.path.insert(0, root)
+    importlib.invalidate_caches()
     # cache.tests imports cache.models (Poll); the app must be installed before that import.
     # The override stays on for the session: an extra test app does not affect other tests.
     if "cache" not in settings.INSTALLED_APPS:
