@@ -9,21 +9,22 @@ coherent by the server's client tracking.
   by Python): GET and PTTL in one round trip, installed only if no invalidation or flush
   killed the token;
 - every other command drops the tracked keys it names before it is sent and again once it
-  is answered (so this process reads its own writes even against a concurrent fill);
-  FLUSHDB / FLUSHALL / SWAPDB drop everything;
+  is answered, in every near cache of the process (so this process reads its own writes
+  even against a concurrent fill); FLUSHDB / FLUSHALL / SWAPDB drop everything;
 - the store and its tracking connections live in Rust (src/near/): invalidations are applied
   there without the GIL, and hits are refused while the tracking connections are silent;
-- on one server, as the only near cache of the process, get / get_many / execute / set /
-  set_many are the store's own methods (`_bind`): lookups and fill, or a write and its drops;
-  on a router, get and get_many are the store's ``get_routed`` / ``mget_routed`` (the
-  router's `homes()` name each key's primary, and the router reads what cannot be placed
-  or meets a moved slot: `_recovered`, `_finish_many`).
+- on one server, get / get_many / execute / set / set_many are the store's own methods
+  (`_bind`): lookups and fill, or a write and its drops (the process' other near caches are
+  the store's peers, and drop there too); on a router, get, get_many and set are the store's
+  ``get_routed`` / ``mget_routed`` / ``set_routed`` (the router's `homes()` name each key's
+  primary, and the router reads or writes what cannot be placed or meets a moved slot:
+  `_recovered`, `_finish_many`, `_set_routed`).
 
 Fills read the tracked primary (a lagging replica could hand back a value older than an
 invalidation already sent), one protocol in the core (``NearCache.fill`` / ``fill_keys``: one
 round trip per primary); this process' writes of kept keys go through the tracking connection
-of the primary that owns them (``_through``; a cluster's set_many over several slots, each
-slot's part through its primary's: ``_set_parts``), and the value written is kept.
+of the primary that owns them (a cluster's set_many over several slots, each slot's part
+through its primary's: ``_set_parts``), and the value written is kept.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from typing import Any, TypeVar, overload
 from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig, marker_name
 from redoxide._near_parts import (
-    REROUTED_WRITES,
     ROUTER_RECOVERS,
     Forget,
     NearReads,
@@ -74,11 +74,6 @@ def _forget_everywhere(forget: Forget, what: Any, count: bool = True) -> bool:
     have a store each, and a process reads its own writes whichever made them); whether any
     keeps them. `count`: count the write (admission by use), not on the drop after it."""
     return any([forget(client._store, what, count) for client in _every])  # (a list: all drop)
-
-
-def _forget_in(clients: tuple[NearClient, ...], keys: Any, count: bool = True) -> None:
-    for client in clients:
-        client._store.forget_keys(keys, count)
 
 
 class NearClient(Topology):
@@ -125,22 +120,22 @@ class NearClient(Topology):
                 client._bind()
 
     def _bind(self) -> None:
-        """The store's methods (see the module's docstring), undone by a second near cache;
-        on a router, get and get_many are the store's whatever the number of near caches."""
+        """The store's methods (see the module's docstring), with the process' other near
+        caches named to it: a write it makes drops its keys there too."""
         bound = self.__dict__
-        alone = self._direct and len(_every) == 1 and _every[0] is self
-        self._store.set_alone(alone)
         store, inner = self._store, self._inner
-        for name in ("get", "execute", "set", "set_many", "mget"):
-            bound.pop(name, None)
-            if alone:
+        store.set_peers([client._store for client in _every if client is not self])
+        if self._direct:
+            for name in ("get", "execute", "set", "set_many", "mget"):
                 extra = (self._afill_here,) if name == "mget" else ()
                 bound[name] = functools.partial(getattr(store, name), inner, *extra)
-        if not self._direct:
-            reads = isinstance(inner, Topology) and inner.reads_home
-            recovers = (self._recovered, ROUTER_RECOVERS)
-            store.route(self._homes, reads, inner.get, *recovers, inner.mget, self._finish_many)
-            bound["get"], bound["mget"] = store.get_routed, store.mget_routed
+            return
+        reads = isinstance(inner, Topology) and inner.reads_home
+        recovers = (self._recovered, ROUTER_RECOVERS)
+        reads_of = (self._homes, reads, inner.get, *recovers, inner.mget, self._finish_many)
+        store.route(*reads_of, self._set_routed, self._set_recovered)
+        routed = (store.get_routed, store.mget_routed, store.set_routed)
+        bound["get"], bound["mget"], bound["set"] = routed
 
     def _new_store(self) -> Any:
         s = self._settings
@@ -164,7 +159,8 @@ class NearClient(Topology):
         self._store.flush("fork")
         if self._nodes is not None:
             self._store.track(list(self._nodes), self._check_db)
-        self._bind()
+        for client in _every:  # (the others' peers name this new store)
+            client._bind()
 
     # -- what the cache asks beyond commands: the inner client's answers (Topology) -----------
 
@@ -237,12 +233,8 @@ class NearClient(Topology):
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, key: str, bridge: Bridge | None = None) -> Any:
-        # (A router's get is the store's `get_routed`, bound by `_bind`: lookup, fill or read
-        # on the key's primary, and the router's get when that cannot be done.)
-        if self._direct:
-            # One server: lookup, fill and install in one call (a refusal is warned of there).
-            return self._store.get(self._inner, key, bridge)
-        return self._store.get_routed(key, bridge)
+        # (The store's `get` on one server, `get_routed` on a router: bound by `_bind`.)
+        return self.__dict__["get"](key, bridge)
 
     async def _recovered(self, pending: Awaitable[Any], key: str, bridge: Bridge) -> Any:
         """An awaited get's fill or read, or the router's get if it meets what a router
@@ -262,10 +254,8 @@ class NearClient(Topology):
         return homes
 
     def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
-        # (Bound by `_bind` on a router, and on one server as the only near cache.)
-        if self._direct:
-            return self._store.mget(self._inner, self._afill_here, keys, bridge)
-        return self._store.mget_routed(keys, bridge)
+        # (The store's `mget` on one server, `mget_routed` on a router: bound by `_bind`.)
+        return self.__dict__["mget"](keys, bridge)
 
     async def _afill_here(self, found: list[Any], at: list[int], pending: Any) -> list[Any]:
         """An awaited get_many's fill on one server (``NearCache.mget`` hands it over): its
@@ -370,6 +360,7 @@ class NearClient(Topology):
             forget(what)
 
     def execute(self, args: Command, bridge: Bridge | None = None) -> Any:
+        # (One server: the store's `execute`, bound by `_bind`.) On a router, as a write.
         if len(args) == 2 and args[0] == "EXISTS" and self._store.has(args[1]):
             return 1 if bridge is None else _redoxide.Ready(1)
         return self._write(Execute(args), bridge)
@@ -390,122 +381,86 @@ class NearClient(Topology):
         xx: bool = False,
         bridge: Bridge | None = None,
     ) -> Any:
-        call = Set(key, value, ttl_ms, nx, xx)
-        node = self._inner if self._direct else None
-        if node is None and self._store.writes_through(key) and self._follow():
-            node = owner(self._inner, key)
-        if node is not None:
-            args = (node, key, value, ttl_ms, nx, xx)
-            done = self._through(self._store.set, (key,), args, bridge, call)
-            if done is not NotImplemented:
-                return done
-        return self._write(call, bridge)
+        # (The store's `set` on one server, `set_routed` on a router: bound by `_bind`.)
+        return self.__dict__["set"](key, value, ttl_ms, nx, xx, bridge)
 
-    def _through(
-        self,
-        write: Callable[..., Any],
-        keys: Any,
-        args: tuple[Any, ...],
-        bridge: Bridge | None,
-        call: Call[Any],
-    ) -> Any:
-        """Send a write of kept keys through the tracking connection (the store's `write`),
-        the process' other near caches dropping them before and after: NotImplemented when it
-        does not go this way; refused by a router's node (REROUTED_WRITES), it is `call`."""
-        others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
-        _forget_in(others, keys)
+    def _set_routed(self, key: str, value: bytes, *how: Any) -> Any:
+        """The router's set (`how`: ttl_ms, nx, xx, bridge), the key dropped before and after:
+        `NearCache.set_routed` hands it over when it cannot place the key, or its primary
+        refused it (`_set_recovered`, for an awaited one)."""
+        *flags, bridge = how
+        return self._write(Set(key, value, *flags), bridge)
+
+    async def _set_recovered(self, pending: Awaitable[bool], *args: Any) -> bool:
         try:
-            done = write(*args, bridge)
-        except REROUTED_WRITES:
-            if self._direct:
-                raise
-            done = self._write(call, bridge)
-        if bridge is not None and not self._direct and done is not NotImplemented:
-            done = self._rerouted(done, call, bridge)
-        if done is NotImplemented or not others:
-            return done
-        forget = functools.partial(_forget_in, others, count=False)
-        if bridge is not None:
-            return self._then_forget(done, forget, keys)
-        forget(keys)
-        return done
+            return await pending
+        except ROUTER_RECOVERS:
+            return await self._set_routed(*args)  # type: ignore[no-any-return]
 
     async def _rerouted(self, pending: Awaitable[Any], call: Call[Any], bridge: Bridge) -> Any:
         try:
             return await pending
-        except REROUTED_WRITES:
+        except ROUTER_RECOVERS:
             return await self._write(call, bridge)
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
     ) -> Any:
+        """(One server: the store's `set_many`, bound by `_bind`.) On a router: on the primary
+        that owns the keys, by the store (kept keys through its tracking connection, the drops
+        made there); a cluster's keys over several slots in parts (`_set_parts`); through the
+        router when no primary is known, or it refuses (as `NearCache.set_routed`)."""
         keys = list(keys)
         values = list(values)
         call = SetMany(keys, values, ttl_ms)
-        homes = self._inner if self._direct else self._homes() if keys else None
+        homes = self._homes() if keys else None
         if type(homes) is list:  # a cluster: by slot
             parts = by_slot(homes, keys, values)
             if len(parts) > 1:
                 return self._set_parts(parts, call, bridge)
             homes = parts[0][0]
-        if homes is not None:
-            args = (homes, keys, values, ttl_ms)
-            done = self._through(self._store.set_many, keys, args, bridge, call)
-            if done is not NotImplemented:
-                return done
-        return self._write(call, bridge)
+        if homes is None:
+            return self._write(call, bridge)
+        try:
+            done = self._store.set_many(homes, keys, values, ttl_ms, bridge)
+        except ROUTER_RECOVERS:
+            return self._write(call, bridge)
+        return done if bridge is None else self._rerouted(done, call, bridge)
 
     def _set_parts(self, parts: list[Any], call: SetMany, bridge: Bridge | None) -> Any:
         """A cluster's set_many over several slots: each slot's keys through the tracking
-        connection of its primary (`NearCache.set_many_parts`, all sent at once), the
-        process' other near caches dropping them before and after; the parts that do not go
-        that way (no key kept), or that a node refused, through the router, dropping them."""
-        keys, _, ttl_ms = call.args
-        others = tuple(c for c in _every if c is not self) if len(_every) > 1 else ()
-        _forget_in(others, keys)
-        try:
-            outcomes = self._store.set_many_parts(parts, ttl_ms, bridge)
-        except BaseException:
-            _forget_in(others, keys, count=False)
-            raise
+        connection of its primary (`NearCache.set_many_parts`, all sent at once; the process'
+        other near caches drop them there); the parts that do not go that way (no key kept),
+        or that a node refused, through the router, dropping them."""
+        ttl_ms = call.args[2]
+        outcomes = self._store.set_many_parts(parts, ttl_ms, bridge)
         if bridge is not None:
-            return self._aset_parts(parts, outcomes, call, others, bridge)
-        try:
-            rest, error = unsent(parts, outcomes, ttl_ms)
-            if rest is not None:
-                self._write(rest, None)
-            if error is not None:
-                raise error
-            return None
-        finally:
-            _forget_in(others, keys, count=False)
+            return self._aset_parts(parts, outcomes, ttl_ms, bridge)
+        rest, error = unsent(parts, outcomes, ttl_ms)
+        if rest is not None:
+            self._write(rest, None)
+        if error is not None:
+            raise error
+        return None
 
     async def _aset_parts(
-        self,
-        parts: list[Any],
-        outcomes: list[Any],
-        call: SetMany,
-        others: tuple[NearClient, ...],
-        bridge: Bridge,
+        self, parts: list[Any], outcomes: list[Any], ttl_ms: int | None, bridge: Bridge
     ) -> None:
-        try:
-            sent = [o is not NotImplemented and not isinstance(o, BaseException) for o in outcomes]
-            together([o for o, was_sent in zip(outcomes, sent, strict=True) if was_sent])
-            done: list[Any] = []
-            for outcome, was_sent in zip(outcomes, sent, strict=True):
-                if was_sent:
-                    try:
-                        outcome = await outcome
-                    except CacheError as exc:
-                        outcome = exc
-                done.append(outcome)
-            rest, error = unsent(parts, done, call.args[2])
-            if rest is not None:
-                await self._write(rest, bridge)
-            if error is not None:
-                raise error
-        finally:
-            _forget_in(others, call.args[0], count=False)
+        sent = [o is not NotImplemented and not isinstance(o, BaseException) for o in outcomes]
+        together([o for o, was_sent in zip(outcomes, sent, strict=True) if was_sent])
+        done: list[Any] = []
+        for outcome, was_sent in zip(outcomes, sent, strict=True):
+            if was_sent:
+                try:
+                    outcome = await outcome
+                except CacheError as exc:
+                    outcome = exc
+            done.append(outcome)
+        rest, error = unsent(parts, done, ttl_ms)
+        if rest is not None:
+            await self._write(rest, bridge)
+        if error is not None:
+            raise error
 
 
 _near_clients: Registry[NearClient] = Registry()

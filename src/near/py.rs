@@ -1,13 +1,12 @@
 //! The near cache's Python surface: `NearCache` (lookups, fills, own writes, stats; what a
 //! command drops is `forget.rs`'s) and the registration of `Ready` (`ready.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::bridge::Bridge;
 use crate::errors::guard;
@@ -24,12 +23,16 @@ use crate::py::client::Client;
 mod forget;
 mod keys;
 mod lookup;
+mod peers;
 mod reads;
 mod stats;
 mod writes;
 
+use forget::drops_of;
 use keys::{fill_keys_of, key_bytes, set_items};
 use lookup::{Found, Route};
+use peers::Peers;
+use writes::drops_keys;
 
 /// Add the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -43,9 +46,8 @@ pub struct NearCache {
     near: Arc<Near>,
     /// The logger the one warning of a refusal goes to (`warn`).
     logger: Box<str>,
-    /// Whether it is the process' only near cache (`alone`): no other one to drop a write's
-    /// keys from, so `set` and `set_many` write the usual way themselves.
-    alone: AtomicBool,
+    /// The process' other near caches (`set_peers`): a write drops its keys there too.
+    peers: Peers,
     /// A router's get (`route`, `py/lookup.rs`): set once, by the near client over it.
     route: OnceLock<Route>,
 }
@@ -95,8 +97,8 @@ impl NearCache {
         let max_stale = Duration::from_secs_f64(max_stale);
         let near = Near::new(Store::new(limits), prefixes, max_stale, marker, admission);
         let logger = logger.unwrap_or_else(|| "redoxide".into()).into_boxed_str();
-        let (alone, route) = (AtomicBool::new(false), OnceLock::new());
-        Ok(NearCache { near: Arc::new(near), logger, alone, route })
+        let (peers, route) = (Peers::new(), OnceLock::new());
+        Ok(NearCache { near: Arc::new(near), logger, peers, route })
     }
 
     /// Track these servers' keys (the primaries, the nodes of a cluster); a change of set
@@ -156,8 +158,11 @@ impl NearCache {
     /// get reads a key from its primary; `read(key, bridge)` and `read_many(keys, bridge)`
     /// are the router's get and get_many; `recovered(pending, key, bridge)` awaits a fill or
     /// read, reading through the router if it meets one of `recovers` (the errors a router
-    /// recovers from); `finish(keys, found, outcomes, routed, bridge)` ends a get_many. Set
-    /// once: a second call changes nothing.
+    /// recovers from); `finish(keys, found, outcomes, routed, bridge)` ends a get_many;
+    /// `write(key, value, ttl_ms, nx, xx, bridge)` is the router's set, dropping the key
+    /// around it, and `rewritten(pending, key, value, ttl_ms, nx, xx, bridge)` awaits a set
+    /// sent here, or `write` if it meets one of `recovers` (`set_routed`). Set once: a second
+    /// call changes nothing.
     #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
@@ -168,9 +173,29 @@ impl NearCache {
         recovers: Py<PyAny>,
         read_many: Py<PyAny>,
         finish: Py<PyAny>,
+        write: Py<PyAny>,
+        rewritten: Py<PyAny>,
     ) {
-        let route = Route { homes, reads, read, recovered, recovers, read_many, finish };
+        let route =
+            Route { homes, reads, read, recovered, recovers, read_many, finish, write, rewritten };
         _ = self.route.set(route);
+    }
+
+    /// set on a router, in one call (`py/writes.rs`; `route` first): the process' only near
+    /// cache's.
+    #[pyo3(signature = (key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set_routed(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        value: &Bound<'_, PyBytes>,
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.set_routed_body(py, key, value, ttl_ms, nx, xx, bridge))
     }
 
     /// get on a router, in one call (`py/lookup.rs`; `route` first).
@@ -252,10 +277,9 @@ impl NearCache {
     }
 
     /// SET of a key on one server, through the tracking connection when the key is kept here
-    /// (the written value is then kept without reading it back): whether it was stored, or
-    /// its awaitable with `bridge`. When it is not sent this way (the key is not kept, or
-    /// tracking is not up): when `alone` (no other near cache in the process) the usual way,
-    /// the key dropped before and after (`writes.rs`); else NotImplemented, for the caller to.
+    /// (the written value is then kept without reading it back), else the usual way, the key
+    /// dropped before and after, here and in the process' other near caches (`writes.rs`):
+    /// whether it was stored, or its awaitable with `bridge`.
     #[pyo3(signature = (client, key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
     #[allow(clippy::too_many_arguments)]
     fn set(
@@ -269,17 +293,7 @@ impl NearCache {
         xx: bool,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
-        guard(|| {
-            let alone = self.alone.load(Ordering::Relaxed);
-            let client = client.get();
-            let write = write::Write::set(&self.near, client, key, value, ttl_ms, nx, xx);
-            if write.is_some() || !alone {
-                return self.send_write(py, write, bridge);
-            }
-            let drops = self.drops_keys(std::iter::once(key.as_bytes()));
-            let req = Request::Cmd(crate::proto::command::set_cmd(key, value, ttl_ms, nx, xx));
-            self.write_dropping(py, client, drops, req, reply::to_py_bool, bridge)
-        })
+        guard(|| self.set_on(py, client.get(), key, value, ttl_ms, nx, xx, bridge))
     }
 
     /// Any command on one server, the tracked keys it names dropped before it is sent and
@@ -311,14 +325,14 @@ impl NearCache {
                 }
             }
             let req = Request::Cmd(crate::proto::command::command_from(args)?);
-            let drops = self.drops_of(&items);
-            self.write_dropping(py, client.get(), drops, req, reply::to_py, bridge)
+            let peers = self.peers.drop_now(|near| drops_of(near, &items));
+            let drops = drops_of(&self.near, &items);
+            self.write_dropping(py, client.get(), drops, peers, req, reply::to_py, bridge)
         })
     }
 
     /// set_many on one server, through the tracking connection when one of the keys is kept
-    /// here (as `set`); else when `alone` the usual way, dropping the keys (as `set`), or
-    /// NotImplemented.
+    /// here, else the usual way, dropping the keys (as `set`).
     #[pyo3(signature = (client, keys, values, ttl_ms=None, bridge=None))]
     fn set_many(
         &self,
@@ -330,28 +344,26 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let alone = self.alone.load(Ordering::Relaxed);
             let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
             let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
-            let items = set_items(&keys, &values);
-            let client = client.get();
-            let write = items
-                .as_ref()
-                .and_then(|items| write::Write::set_many(&self.near, client, items, ttl_ms));
-            if write.is_some() || !alone {
-                return self.send_write(py, write, bridge);
-            }
             if keys.len() != values.len() || keys.is_empty() {
                 return Err(PyValueError::new_err(
                     "set_many needs as many values as keys, and one",
                 ));
             }
-            let drops = match &items {
-                Some(items) => self.drops_keys(items.iter().map(|(key, _)| *key)),
-                None => self.drops_keys(keys.iter().filter_map(key_bytes)),
-            };
+            let items = set_items(&keys, &values);
+            let client = client.get();
+            let named = || keys.iter().filter_map(key_bytes);
+            let peers = self.peers.drop_now(|near| drops_keys(near, named()));
+            let write = items
+                .as_ref()
+                .and_then(|items| write::Write::set_many(&self.near, client, items, ttl_ms));
+            if let Some(write) = write {
+                return self.send_write(py, write, peers, bridge);
+            }
+            let drops = drops_keys(&self.near, named());
             let req = client.set_many_request(&keys, &values, ttl_ms)?;
-            self.write_dropping(py, client, drops, req, reply::to_py, bridge)
+            self.write_dropping(py, client, drops, peers, req, reply::to_py, bridge)
         })
     }
 
@@ -393,12 +405,6 @@ impl NearCache {
         guard(|| self.mget_routed_body(py, keys, bridge))
     }
 
-    /// Whether a write of `key` goes through a tracking connection (a router asks before it
-    /// looks for the key's primary): a tracked key (in use, with admission by use), served.
-    fn writes_through(&self, key: &str) -> bool {
-        write::keeps(&self.near, key.as_bytes()) && self.near.serving()
-    }
-
     /// Whether a servable value of `key` is kept here (has_key's hit; registers no fill).
     fn has(&self, key: &Bound<'_, PyAny>) -> bool {
         let near = &self.near;
@@ -418,9 +424,9 @@ impl NearCache {
         self.near.notice()
     }
 
-    /// Say whether this is the process' only near cache (see `set`).
-    fn set_alone(&self, alone: bool) {
-        self.alone.store(alone, Ordering::Relaxed);
+    /// The process' other near caches: a write drops the keys it names there too (`peers.rs`).
+    fn set_peers(&self, peers: Vec<PyRef<'_, NearCache>>) {
+        self.peers.set(peers.iter().map(|peer| Arc::clone(&peer.near)).collect());
     }
 
     /// The name of the database marker key the tracking connections keep.

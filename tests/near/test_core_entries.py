@@ -8,60 +8,17 @@ the counts are exact, whatever the host's speed."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from support.backend import build_cache, topology_settings
+from support.entries import awaited_entries as _awaited_entries
+from support.entries import check_set_entries
+from support.entries import entries as _entries
 from support.near import near_options, serving, stop_tracking
 
 TOPOLOGIES = ["cluster", "sentinel", "replicas"]
-
-
-def _counter(counts: dict[str, int]) -> Callable[[Any, str, Any], None]:
-    """A profile function that counts the calls into the core in `counts`, by name."""
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event != "c_call":
-            return
-        module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
-        if module == "redoxide._redoxide":
-            counts[arg.__qualname__] = counts.get(arg.__qualname__, 0) + 1
-
-    return profile
-
-
-def _entries(call: Callable[[], Any]) -> dict[str, int]:
-    """The calls into the core `call` makes, by name."""
-    counts: dict[str, int] = {}
-    sys.setprofile(_counter(counts))
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return counts
-
-
-def _awaited_entries(
-    call: Callable[[], Any], before: Callable[[], object] = lambda: None
-) -> dict[str, int]:
-    """`_entries` of awaiting `call()` once it ran once (its connections and this loop's
-    bridge made), `before()` run between; the event loop's own work is not the core's."""
-    counts: dict[str, int] = {}
-
-    async def main() -> None:
-        await call()
-        before()
-        sys.setprofile(_counter(counts))
-        try:
-            await call()
-        finally:
-            sys.setprofile(None)
-
-    asyncio.run(main())
-    return counts
 
 
 async def _aget_many(cache: Any, names: list[str]) -> Any:
@@ -163,6 +120,23 @@ def test_a_near_cached_get_many_enters_the_core_no_more_than_a_plain_one(
         # Hits: one call, the values decoded.
         hits = _entries(lambda: near.get_many(names))
         assert sum(hits.values()) <= limits[False], hits
+    finally:
+        stop_tracking(near)
+        plain.close()
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_a_near_cached_set_enters_the_core_no_more_than_a_plain_set(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    # The store's `set_routed`: a kept key written through its primary's tracking connection
+    # and kept as written, one not kept written on its primary with its drops (here and in
+    # this process' other near caches, which it holds many of), in one call; no slot lookup
+    # from Python.
+    plain = _cache(topology, request, near=False)
+    near = _cache(topology, request, near=True)
+    try:
+        check_set_entries(plain, near)
     finally:
         stop_tracking(near)
         plain.close()

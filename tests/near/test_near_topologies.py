@@ -4,6 +4,7 @@ fills read from it, another client's writes seen within the stale bound."""
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -233,3 +234,66 @@ def test_own_writes_of_kept_keys_stay_kept_on_every_topology(
         plain.delete_many(keys)
     finally:
         stop_tracking(near)
+
+
+def _server_of(topology: str, request: pytest.FixtureRequest, port: int) -> Any:
+    """The running server on `port` among `topology`'s data nodes (not Sentinel's)."""
+    if topology == "cluster":
+        return request.getfixturevalue("cluster").node_for_port(port)
+    if topology == "replicas":
+        primary, replicas = request.getfixturevalue("replica_set")
+        nodes = [primary, *replicas]
+    else:
+        nodes = [request.getfixturevalue("redis_server")]
+    return next(node for node in nodes if node.port == port)
+
+
+@pytest.mark.parametrize("topology", ["standalone", "cluster", "replicas"])
+def test_a_write_through_another_near_cache_of_the_process_drops_this_ones_copy_first(
+    topology: str, request: pytest.FixtureRequest, mode: str
+) -> None:
+    # Two near caches over the same keys (different limits: two stores). A set or a delete
+    # through one drops the other's copy before it is sent (the store's peers), not when the
+    # server's invalidation arrives: seen with the key's primary frozen, so that no
+    # invalidation can have been sent. (Not on Sentinel: its primary is the replicas' kind of
+    # home, and a frozen primary is what its sentinels act on.)
+    from redoxide.topology.nodes import address_of
+
+    reader, plain = _pair(topology, request, replica_reads=False, MAX_STALE_MS=60_000)
+    settings = topology_settings(topology, request)
+    options = {**settings.get("OPTIONS", {}), "NEAR_CACHE": near_options(MAX_BYTES=2**20)}
+    params = {"KEY_PREFIX": reader.key_prefix, "OPTIONS": options}
+    writer = build_cache(settings["LOCATION"], params)
+    store = reader._client._store
+    try:
+        keys = [f"cfg:p{i}" for i in range(12)]
+        plain.set_many(dict.fromkeys(keys, 1))
+        serving(reader)
+        serving(writer)
+        for _ in range(2):
+            assert reader.get_many(keys) == dict.fromkeys(keys, 1)
+            assert writer.get_many(keys) == dict.fromkeys(keys, 1)
+        ops = Ops(writer, mode)
+        made = reader.make_and_validate_key(keys[0])
+        owner = address_of(reader._client.owner(made))
+        assert owner is not None
+        server = _server_of(topology, request, owner[1])
+        for write, want in ((lambda: ops.set(keys[0], 2), 2), (lambda: ops.delete(keys[0]), None)):
+            assert reader.get(keys[0]) is not None and store.has(made)  # kept
+            with ThreadPoolExecutor(1) as pool:
+                server.pause()
+                try:
+                    done = pool.submit(write)
+                    wait_for("the reader's copy to be dropped", lambda: not store.has(made), 5.0)
+                finally:
+                    server.resume()
+                done.result(timeout=10)
+            assert reader.get(keys[0]) == want
+            if want is not None:
+                assert reader.get(keys[0]) == want and store.has(made)  # kept again
+        # A set_many over every primary: read back fresh at once.
+        ops.set_many(dict.fromkeys(keys[1:], 3))
+        assert reader.get_many(keys[1:]) == dict.fromkeys(keys[1:], 3)
+    finally:
+        stop_tracking(reader)
+        stop_tracking(writer)

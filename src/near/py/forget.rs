@@ -4,27 +4,28 @@
 
 use pyo3::prelude::*;
 
-use super::writes::Drops;
+use super::writes::{drops_keys, Drops};
 use super::{key_bytes, NearCache};
 use crate::commands::{self, Effect};
+use crate::near::tracking::Near;
 
 impl NearCache {
     /// Drop the tracked keys among a command's arguments; whether there were any.
     pub(super) fn forget_command(&self, command: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
         let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
-        Ok(self.drops_of(&items).map(|drops| drops.apply(&self.near, count)).is_some())
+        Ok(drops_of(&self.near, &items).map(|drops| drops.apply(&self.near, count)).is_some())
     }
+}
 
-    /// What a command sent through the cache drops (None: nothing, a read or a control
-    /// command, or a write of no tracked key).
-    pub(super) fn drops_of<'a>(&self, args: &'a [Bound<'_, PyAny>]) -> Option<Drops<&'a [u8]>> {
-        let name = args.first().and_then(key_bytes)?;
-        // What the command table says it does (src/commands.rs); a command without a row is
-        // taken for a write.
-        match commands::facts(name).map_or(Effect::Write, |facts| facts.effect) {
-            Effect::Read | Effect::Control => None,
-            Effect::Flush => Some(Drops::All),
-            Effect::Write => self.drops_keys(args[1..].iter().filter_map(key_bytes)),
-        }
+/// What a command sent through the cache drops from `near` (None: nothing, a read or a
+/// control command, or a write of no key it tracks).
+pub(super) fn drops_of<'a>(near: &Near, args: &'a [Bound<'_, PyAny>]) -> Option<Drops<&'a [u8]>> {
+    let name = args.first().and_then(key_bytes)?;
+    // What the command table says it does (src/commands.rs); a command without a row is taken
+    // for a write.
+    match commands::facts(name).map_or(Effect::Write, |facts| facts.effect) {
+        Effect::Read | Effect::Control => None,
+        Effect::Flush => Some(Drops::All),
+        Effect::Write => drops_keys(near, args[1..].iter().filter_map(key_bytes)),
     }
 }

@@ -118,6 +118,12 @@ pub(super) struct Route {
     pub(super) read_many: Py<PyAny>,
     /// A get_many's end (`py/reads.rs`): `finish(keys, found, outcomes, routed, bridge)`.
     pub(super) finish: Py<PyAny>,
+    /// The router's set, the key dropped around it: `write(key, value, ttl_ms, nx, xx,
+    /// bridge)` (`py/writes.rs`).
+    pub(super) write: Py<PyAny>,
+    /// `rewritten(pending, key, value, ttl_ms, nx, xx, bridge)`: awaits a set sent to the
+    /// key's primary, or `write` if it meets one of `recovers`.
+    pub(super) rewritten: Py<PyAny>,
 }
 
 /// The primary that owns `key` by `homes` (a router's `homes()`: its one primary, or a

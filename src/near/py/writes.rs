@@ -1,20 +1,25 @@
-//! This process' writes on one server through the near cache, in one call into the core: the
-//! tracked keys a write names are dropped before it is sent and again once it is answered (as
-//! its awaitable converts the answer, or is dropped unconverted), what `near.py`'s `_write`
-//! does for every topology and for several near caches in one process.
+//! This process' writes through the near cache, in one call into the core: the tracked keys
+//! a write names are dropped before it is sent and again once it is answered (as its
+//! awaitable converts the answer, or is dropped unconverted), here and in the process' other
+//! near caches (`peers.rs`); a write of kept keys goes through the tracking connection
+//! (`write.rs`). One server's `set`, `set_many` and `execute`, and a router's `set`
+//! (`set_routed`); a router's other writes make the same drops in `near.py`'s `_write`.
 
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
-use super::keys::set_items;
+use super::keys::{key_bytes, set_items};
+use super::lookup::home;
+use super::peers::PeerDrops;
 use super::NearCache;
 use crate::bridge::{Bridge, Finish};
 use crate::near::store::Flush;
 use crate::near::tracking::Near;
 use crate::near::write;
-use crate::proto::Request;
+use crate::proto::command::set_cmd;
+use crate::proto::{reply, Request};
 use crate::py::client::{Client, Convert};
 
 /// What a write drops from the store: tracked keys (borrowed for a blocking write, owned
@@ -27,6 +32,9 @@ pub(super) enum Drops<K> {
     /// Everything (FLUSHDB, FLUSHALL, SWAPDB).
     All,
 }
+
+/// Drops that own their keys (to outlive the call that named them).
+pub(super) type Owned = Drops<Box<[u8]>>;
 
 impl<K: AsRef<[u8]>> Drops<K> {
     /// Drop them (`count`: count the write against the keys' reads, the first time); the
@@ -43,7 +51,7 @@ impl<K: AsRef<[u8]>> Drops<K> {
     }
 
     /// The same drops, owning their keys (to outlive the call that named them).
-    fn owned(&self) -> Drops<Box<[u8]>> {
+    pub(super) fn owned(&self) -> Owned {
         match self {
             Drops::Key(key) => Drops::Key(Box::from(key.as_ref())),
             Drops::Keys(keys) => Drops::Keys(keys.iter().map(|k| Box::from(k.as_ref())).collect()),
@@ -58,47 +66,74 @@ impl<K: AsRef<[u8]>> Drops<K> {
     }
 }
 
+/// The tracked keys among `keys` (those `near` keeps), as what a write of them drops (None:
+/// none).
+pub(super) fn drops_keys<'a>(
+    near: &Near,
+    keys: impl Iterator<Item = &'a [u8]>,
+) -> Option<Drops<&'a [u8]>> {
+    let mut tracked = keys.filter(|k| near.tracks(k));
+    let first = tracked.next()?;
+    let Some(second) = tracked.next() else { return Some(Drops::Key(first)) };
+    Some(Drops::Keys([first, second].into_iter().chain(tracked).collect()))
+}
+
 /// Drops again when it goes: once the write is answered, or with an awaitable that never
-/// converted an answer (a fill that read the old value meanwhile is killed either way).
+/// converted an answer (a fill that read the old value meanwhile is killed either way); the
+/// peers' too.
 struct Again {
-    near: Arc<Near>,
-    drops: Drops<Box<[u8]>>,
-    issued: u64,
+    own: Option<(Arc<Near>, Owned, u64)>,
+    /// (Dropped with it: their drops made again.)
+    _peers: Option<PeerDrops>,
 }
 
 impl Drop for Again {
     fn drop(&mut self) {
-        if self.drops.again(&self.near, self.issued) {
-            self.drops.apply(&self.near, false);
+        if let Some((near, drops, issued)) = &self.own {
+            if drops.again(near, *issued) {
+                drops.apply(near, false);
+            }
         }
     }
 }
 
 impl NearCache {
     /// Run `req` on `client` (one server), dropping `drops` before it is sent and again once
-    /// it is answered: its converted reply, or with `bridge` its awaitable.
+    /// it is answered (`peers`: the other near caches', made already): its converted reply,
+    /// or with `bridge` its awaitable.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn write_dropping<K: AsRef<[u8]>>(
         &self,
         py: Python<'_>,
         client: &Client,
         drops: Option<Drops<K>>,
+        peers: Option<PeerDrops>,
         req: Request,
         convert: Convert,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
-        let Some(drops) = drops else { return client.run(py, bridge, req, convert) };
-        let issued = drops.apply(&self.near, true);
+        if drops.is_none() && peers.is_none() {
+            return client.run(py, bridge, req, convert);
+        }
+        let own = drops.map(|drops| {
+            let issued = drops.apply(&self.near, true);
+            (drops, issued)
+        });
         match bridge {
             None => {
                 // (The keys stay borrowed: nothing is copied for a blocking write.)
                 let out = client.run_sync(py, req, convert);
-                if drops.again(&self.near, issued) {
-                    drops.apply(&self.near, false);
+                if let Some((drops, issued)) = &own {
+                    if drops.again(&self.near, *issued) {
+                        drops.apply(&self.near, false);
+                    }
                 }
+                drop(peers);
                 out
             }
             Some(bridge) => {
-                let again = Again { near: Arc::clone(&self.near), drops: drops.owned(), issued };
+                let own = own.map(|(d, issued)| (Arc::clone(&self.near), d.owned(), issued));
+                let again = Again { own, _peers: peers };
                 let pending = client.run_async(py, bridge, req, convert)?;
                 let finish: Finish = Box::new(move |py: Python<'_>, reply| {
                     let out = convert(py, reply);
@@ -110,17 +145,6 @@ impl NearCache {
         }
     }
 
-    /// The tracked keys among `keys`, as what a write of them drops (None: none).
-    pub(super) fn drops_keys<'a>(
-        &self,
-        keys: impl Iterator<Item = &'a [u8]>,
-    ) -> Option<Drops<&'a [u8]>> {
-        let mut tracked = keys.filter(|k| self.near.tracks(k));
-        let first = tracked.next()?;
-        let Some(second) = tracked.next() else { return Some(Drops::Key(first)) };
-        Some(Drops::Keys([first, second].into_iter().chain(tracked).collect()))
-    }
-
     /// The one warning of a refusal (of tracking: the near cache is off; or of the database
     /// marker), on the cache's logger.
     pub(super) fn warn(&self, py: Python<'_>) -> PyResult<()> {
@@ -129,23 +153,92 @@ impl NearCache {
         Ok(())
     }
 
-    /// Send a write through the tracking connection: its converted reply (sync) or its
-    /// awaitable; NotImplemented when there is none to send.
+    /// Send a write through the tracking connection (`peers`: the other near caches' drops,
+    /// made again once it is answered): its converted reply (sync) or its awaitable.
     pub(super) fn send_write(
         &self,
         py: Python<'_>,
-        write: Option<write::Write>,
+        write: write::Write,
+        peers: Option<PeerDrops>,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
-        let Some(write) = write else { return Ok(py.NotImplemented()) };
+        let convert = write.convert();
         match bridge {
             None => {
-                let convert = write.convert();
-                let reply = py.detach(|| write.call(&self.near))?;
-                convert(py, reply)
+                let reply = py.detach(|| write.call(&self.near));
+                drop(peers);
+                convert(py, reply?)
             }
-            Some(bridge) => Ok(Py::new(py, write.submit(&self.near, bridge)?)?.into_any()),
+            Some(bridge) => {
+                let pending = write.submit(&self.near, bridge)?;
+                let Some(peers) = peers else { return Ok(Py::new(py, pending)?.into_any()) };
+                let finish: Finish = Box::new(move |py: Python<'_>, reply| {
+                    let out = convert(py, reply);
+                    drop(peers);
+                    out
+                });
+                Ok(Py::new(py, pending.with_finish(finish))?.into_any())
+            }
         }
+    }
+
+    /// set on a router (`NearCache.set_routed`), in this one call: on the primary that owns
+    /// the key by the router's `homes()`, through its tracking connection when the key is
+    /// kept (the value kept as written), else the usual way, the key dropped before and
+    /// after. The router's set (`Route.write`) when no primary is known (a slot table in
+    /// doubt, a failover under way: a Sentinel router's hold names none), or when the primary
+    /// answers with what a router recovers from (a moved slot, a former primary now read-only,
+    /// a lost connection): at once, or for an awaited set through `Route.rewritten`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn set_routed_body(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        value: &Bound<'_, PyBytes>,
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        let route = self.routing()?;
+        let rewrite = |bridge| route.write.call1(py, (key, value, ttl_ms, nx, xx, bridge));
+        let Some(node) = home(&route.homes.bind(py).call0()?, key.as_bytes()) else {
+            return rewrite(bridge);
+        };
+        let asked = bridge.as_ref().map(|b| b.clone_ref(py));
+        let sent = self.set_on(py, node.get(), key, value.as_bytes(), ttl_ms, nx, xx, asked);
+        match (sent, bridge) {
+            (Ok(done), None) => Ok(done),
+            (Ok(pending), Some(bridge)) => {
+                route.rewritten.call1(py, (pending, key, value, ttl_ms, nx, xx, bridge))
+            }
+            (Err(err), bridge) if err.is_instance(py, route.recovers.bind(py)) => rewrite(bridge),
+            (Err(err), _) => Err(err),
+        }
+    }
+
+    /// set on one server (`client`): through its tracking connection when the key is kept
+    /// (the value kept as written), else the usual way, the key dropped before and after;
+    /// here and in the peers.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn set_on(
+        &self,
+        py: Python<'_>,
+        client: &Client,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        nx: bool,
+        xx: bool,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        let peers = self.peers.drop_now(|near| drops_keys(near, std::iter::once(key.as_bytes())));
+        if let Some(write) = write::Write::set(&self.near, client, key, value, ttl_ms, nx, xx) {
+            return self.send_write(py, write, peers, bridge);
+        }
+        let drops = drops_keys(&self.near, std::iter::once(key.as_bytes()));
+        let req = Request::Cmd(set_cmd(key, value, ttl_ms, nx, xx));
+        self.write_dropping(py, client, drops, peers, req, reply::to_py_bool, bridge)
     }
 
     /// set_many in parts (a cluster's keys by slot, each part on the primary that owns its
@@ -161,17 +254,24 @@ impl NearCache {
         ttl_ms: Option<u64>,
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyList>> {
-        let mut writes = Vec::new();
+        type Part<'py> = (Bound<'py, Client>, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>);
+        let mut read: Vec<Part<'_>> = Vec::new();
         for part in parts.try_iter()? {
             let (client, keys, values): (Bound<'_, Client>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
                 part?.extract()?;
             let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
             let values: Vec<Bound<'_, PyAny>> = values.try_iter()?.collect::<PyResult<_>>()?;
-            let items = set_items(&keys, &values);
-            writes.push(items.and_then(|items| {
-                write::Write::set_many(&self.near, client.get(), &items, ttl_ms)
-            }));
+            read.push((client, keys, values));
         }
+        let every = || read.iter().flat_map(|(_, keys, _)| keys.iter().filter_map(key_bytes));
+        let peers = self.peers.drop_now(|near| drops_keys(near, every()));
+        let writes: Vec<_> = read
+            .iter()
+            .map(|(client, keys, values)| {
+                let items = set_items(keys, values)?;
+                write::Write::set_many(&self.near, client.get(), &items, ttl_ms)
+            })
+            .collect();
         let out = PyList::empty(py);
         let Some(bridge) = bridge else {
             let converts: Vec<_> = writes.iter().map(|w| w.as_ref().map(|w| w.convert())).collect();
@@ -191,11 +291,26 @@ impl NearCache {
                     _ => out.append(py.NotImplemented())?,
                 }
             }
+            drop(peers);
             return Ok(out.unbind());
         };
+        // (The peers' drops made again once every part sent is answered.)
+        let peers = peers.map(Arc::new);
         for write in writes {
+            let convert = write.as_ref().map(write::Write::convert);
             match write.map(|w| w.submit(&self.near, bridge.clone_ref(py))) {
-                Some(Ok(pending)) => out.append(Py::new(py, pending)?)?,
+                Some(Ok(pending)) => match (&peers, convert) {
+                    (Some(peers), Some(convert)) => {
+                        let peers = Arc::clone(peers);
+                        let finish: Finish = Box::new(move |py: Python<'_>, reply| {
+                            let out = convert(py, reply);
+                            drop(peers);
+                            out
+                        });
+                        out.append(Py::new(py, pending.with_finish(finish))?)?
+                    }
+                    _ => out.append(Py::new(py, pending)?)?,
+                },
                 Some(Err(err)) => out.append(PyErr::from(err).into_value(py))?,
                 None => out.append(py.NotImplemented())?,
             }
