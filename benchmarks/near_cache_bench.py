@@ -101,6 +101,17 @@ def _miss_workloads(cache: Any) -> dict[str, Callable[[int], Any]]:
     }
 
 
+def _write_workloads(cache: Any) -> dict[str, Callable[[int], Any]]:
+    """set of a kept key (near: through its primary's tracking connection, kept as written)
+    and of a key outside the prefixes (the usual way, its drops made on the way)."""
+    return {
+        "set kept sync": lambda i: cache.set("hot:w", i),
+        "set kept async": _awaited(cache.aset, "hot:w", 1),
+        "set not kept sync": lambda i: cache.set("cold:w", i),
+        "set not kept async": _awaited(cache.aset, "cold:w", 1),
+    }
+
+
 def latency(url: str, rounds: int, n: int) -> None:
     caches = targets(url)
     wait_serving(caches["redoxide+near"])
@@ -172,7 +183,8 @@ def staleness(url: str, port: int, rounds: int) -> None:
 
 def cluster_misses(urls: list[str], rounds: int, n: int) -> None:
     """The miss workloads on a cluster: get_many's ten keys span the three primaries, so a
-    near cache's fills go to each owner at once (fill_fanout, or one awaitable per owner)."""
+    near cache's fills go to each owner at once (all sent before any is waited for); and
+    set, of a kept key and of one not kept."""
     from redoxide import RedisCache
 
     near = {"PREFIXES": ["hot:"], "MAX_STALE_MS": MAX_STALE_MS}
@@ -186,7 +198,7 @@ def cluster_misses(urls: list[str], rounds: int, n: int) -> None:
     wait_serving(caches["cluster+near"])
     caches["cluster"].get("hot:probe")  # learn the slots before timing
     results = harness.interleaved(
-        {name: _miss_workloads(cache) for name, cache in caches.items()},
+        {name: {**_miss_workloads(c), **_write_workloads(c)} for name, c in caches.items()},
         rounds,
         max(200, n // 20),
         _us_per_call,

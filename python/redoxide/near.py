@@ -97,7 +97,7 @@ class NearClient(Topology):
         # A cluster has no SWAPDB (and a marker key would belong to some other node's slots).
         self._check_db = not spans_primaries(inner)
         self._store = self._new_store()
-        #: One server: its nodes never change, and a sync get is one call into the core.
+        #: One server: its nodes never change (the store's methods take it: `_bind`).
         self._direct = isinstance(inner, _redoxide.Client)
         self._following = threading.Lock()
         # A router's get (the store's `get_routed`): where keys live, asked on a miss.
@@ -205,8 +205,6 @@ class NearClient(Topology):
         moved) may have read a node not tracked yet, and the flush of the change kills its
         token. A slot moving between tracked primaries needs no flush: in BCAST mode both the
         source (MIGRATE deletes the key) and the target (every write) send invalidations."""
-        if self._direct:
-            return True
         nodes = primaries(self._inner)
         if nodes is None:
             return False

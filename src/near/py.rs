@@ -361,7 +361,10 @@ impl NearCache {
             if let Some(write) = write {
                 return self.send_write(py, write, peers, bridge);
             }
-            let drops = drops_keys(&self.near, named());
+            let drops = match &items {
+                Some(items) => drops_keys(&self.near, items.iter().map(|(key, _)| *key)),
+                None => drops_keys(&self.near, named()),
+            };
             let req = client.set_many_request(&keys, &values, ttl_ms)?;
             self.write_dropping(py, client, drops, peers, req, reply::to_py, bridge)
         })
