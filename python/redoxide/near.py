@@ -18,7 +18,7 @@ coherent by the server's client tracking.
   the store's peers, and drop there too); on a router, get, get_many and set are the store's
   ``get_routed`` / ``mget_routed`` / ``set_routed`` (the router's `homes()` name each key's
   primary, and the router reads or writes what cannot be placed or meets a moved slot:
-  `_recovered`, `_finish_many`, `_set_routed`).
+  `_or_router`, `_finish_many`, `_set_routed`).
 
 Fills read the tracked primary (a lagging replica could hand back a value older than an
 invalidation already sent), one protocol in the core (``NearCache.fill`` / ``fill_keys``: one
@@ -76,6 +76,16 @@ def _forget_everywhere(forget: Forget, what: Any, count: bool = True) -> bool:
     return any([forget(client._store, what, count) for client in _every])  # (a list: all drop)
 
 
+async def _or_router(again: Callable[..., Any], pending: Awaitable[R], *args: Any) -> R:
+    """An awaited call sent to a key's primary by the store, or `again(*args)` (the router's)
+    if it meets what a router recovers from (a moved slot, a primary changed or read-only)."""
+    try:
+        return await pending
+    except ROUTER_RECOVERS:
+        reply: R = await again(*args)
+        return reply
+
+
 class NearClient(Topology):
     """A ClientLike that keeps values of tracked keys in process memory."""
 
@@ -131,13 +141,13 @@ class NearClient(Topology):
                 bound[name] = functools.partial(getattr(store, name), inner, *extra)
             return
         reads = isinstance(inner, Topology) and inner.reads_home
-        recovers = (self._recovered, ROUTER_RECOVERS)
-        reads_of = (self._homes, reads, inner.get, *recovers, inner.mget, self._finish_many)
-        store.route(*reads_of, self._set_routed, self._set_recovered)
+        recovered = (functools.partial(_or_router, inner.get), ROUTER_RECOVERS)
+        reads_of = (self._homes, reads, inner.get, *recovered, inner.mget, self._finish_many)
+        store.route(*reads_of, self._set_routed, functools.partial(_or_router, self._set_routed))
         routed = (store.get_routed, store.mget_routed, store.set_routed)
         bound["get"], bound["mget"], bound["set"] = routed
 
-    def _new_store(self) -> Any:
+    def _new_store(self) -> _redoxide.NearCache:
         s = self._settings
         # A marker of its own for each store (a forked child's too).
         marker = None if self._marker_of is None else self._marker_of(secrets.token_hex(8))
@@ -196,7 +206,7 @@ class NearClient(Topology):
 
     def stats(self) -> dict[str, Any]:
         """The near cache's counters and sizes."""
-        return self._store.stats()  # type: ignore[no-any-return]
+        return self._store.stats()
 
     def _follow(self) -> bool:
         """Track the servers that own the keys now (a failover or a new slot map changes
@@ -230,30 +240,32 @@ class NearClient(Topology):
 
     # -- reads ---------------------------------------------------------------------------
 
-    def get(self, key: str, bridge: Bridge | None = None) -> Any:
+    @overload
+    def get(self, key: str, bridge: None = None) -> bytes | None: ...
+    @overload
+    def get(self, key: str, bridge: Bridge) -> Awaitable[bytes | None]: ...
+    def get(self, key: str, bridge: Bridge | None = None) -> bytes | Awaitable[bytes | None] | None:
         # (The store's `get` on one server, `get_routed` on a router: bound by `_bind`.)
-        return self.__dict__["get"](key, bridge)
+        return self.__dict__["get"](key, bridge)  # type: ignore[no-any-return]
 
-    async def _recovered(self, pending: Awaitable[Any], key: str, bridge: Bridge) -> Any:
-        """An awaited get's fill or read, or the router's get if it meets what a router
-        recovers from (the slot moved, the primary changed)."""
-        try:
-            return await pending
-        except ROUTER_RECOVERS:
-            return await self._inner.get(key, bridge)
-
-    def _homes(self) -> Any:
+    def _homes(self) -> Client | list[Client] | None:
         """The router's `homes()` once the servers they name are tracked; None before."""
-        homes = self._inner.homes()
+        homes: Client | list[Client] | None = self._inner.homes()
         if homes is not self._homes_seen:
             if homes is None or not self._follow():
                 return None
             self._homes_seen = homes
         return homes
 
-    def mget(self, keys: Iterable[Any], bridge: Bridge | None = None) -> Any:
+    @overload
+    def mget(self, keys: Iterable[Any], bridge: None = None) -> list[bytes | None]: ...
+    @overload
+    def mget(self, keys: Iterable[Any], bridge: Bridge) -> Awaitable[list[bytes | None]]: ...
+    def mget(
+        self, keys: Iterable[Any], bridge: Bridge | None = None
+    ) -> list[bytes | None] | Awaitable[list[bytes | None]]:
         # (The store's `mget` on one server, `mget_routed` on a router: bound by `_bind`.)
-        return self.__dict__["mget"](keys, bridge)
+        return self.__dict__["mget"](keys, bridge)  # type: ignore[no-any-return]
 
     async def _afill_here(self, found: list[Any], at: list[int], pending: Any) -> list[Any]:
         """An awaited get_many's fill on one server (``NearCache.mget`` hands it over): its
@@ -274,7 +286,7 @@ class NearClient(Topology):
         outcomes: list[Any],
         routed: list[int],
         bridge: Bridge | None,
-    ) -> Any:
+    ) -> list[Any] | Awaitable[list[Any]]:
         """A get_many's end on a router (``NearCache.mget_routed`` hands it over, its fills
         sent: each primary's positions and outcome, a list of values or the exception that
         failed it; with `bridge`, its awaitable): see `_placed`."""
@@ -359,17 +371,42 @@ class NearClient(Topology):
 
     def execute(self, args: Command, bridge: Bridge | None = None) -> Any:
         # (One server: the store's `execute`, bound by `_bind`.) On a router, as a write.
-        if len(args) == 2 and args[0] == "EXISTS" and self._store.has(args[1]):
+        if len(args) == 2 and args[0] == "EXISTS" and self._has(args[1]):
             return 1 if bridge is None else _redoxide.Ready(1)
         return self._write(Execute(args), bridge)
 
-    def pipeline(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+    @overload
+    def pipeline(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
+    @overload
+    def pipeline(self, commands: Iterable[Command], bridge: Bridge) -> Awaitable[list[Any]]: ...
+    def pipeline(
+        self, commands: Iterable[Command], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         return self._write(Pipeline(list(commands)), bridge)
 
-    def pipeline_results(self, commands: Iterable[Command], bridge: Bridge | None = None) -> Any:
+    def _has(self, key: Any) -> bool:
+        return isinstance(key, (str, bytes)) and self._store.has(key)
+
+    def pipeline_results(
+        self, commands: Iterable[Command], bridge: Bridge | None = None
+    ) -> list[Any] | Awaitable[list[Any]]:
         """The inner client's pipeline_results (not a cluster's: it has none), as a write."""
         return self._write(PipelineResults(list(commands)), bridge)
 
+    @overload
+    def set(
+        self,
+        key: str,
+        value: bytes,
+        ttl_ms: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        bridge: None = None,
+    ) -> bool: ...
+    @overload
+    def set(
+        self, key: str, value: bytes, ttl_ms: int | None, nx: bool, xx: bool, bridge: Bridge
+    ) -> Awaitable[bool]: ...
     def set(
         self,
         key: str,
@@ -378,28 +415,16 @@ class NearClient(Topology):
         nx: bool = False,
         xx: bool = False,
         bridge: Bridge | None = None,
-    ) -> Any:
+    ) -> bool | Awaitable[bool]:
         # (The store's `set` on one server, `set_routed` on a router: bound by `_bind`.)
-        return self.__dict__["set"](key, value, ttl_ms, nx, xx, bridge)
+        return self.__dict__["set"](key, value, ttl_ms, nx, xx, bridge)  # type: ignore[no-any-return]
 
-    def _set_routed(self, key: str, value: bytes, *how: Any) -> Any:
+    def _set_routed(self, key: str, value: bytes, *how: Any) -> bool | Awaitable[bool]:
         """The router's set (`how`: ttl_ms, nx, xx, bridge), the key dropped before and after:
         `NearCache.set_routed` hands it over when it cannot place the key, or its primary
-        refused it (`_set_recovered`, for an awaited one)."""
+        refused it (`_or_router`, for an awaited one)."""
         *flags, bridge = how
         return self._write(Set(key, value, *flags), bridge)
-
-    async def _set_recovered(self, pending: Awaitable[bool], *args: Any) -> bool:
-        try:
-            return await pending
-        except ROUTER_RECOVERS:
-            return await self._set_routed(*args)  # type: ignore[no-any-return]
-
-    async def _rerouted(self, pending: Awaitable[Any], call: Call[Any], bridge: Bridge) -> Any:
-        try:
-            return await pending
-        except ROUTER_RECOVERS:
-            return await self._write(call, bridge)
 
     def set_many(
         self, keys: Any, values: Any, ttl_ms: int | None = None, bridge: Bridge | None = None
@@ -412,7 +437,7 @@ class NearClient(Topology):
         values = list(values)
         call = SetMany(keys, values, ttl_ms)
         homes = self._homes() if keys else None
-        if type(homes) is list:  # a cluster: by slot
+        if isinstance(homes, list):  # a cluster: by slot
             parts = by_slot(homes, keys, values)
             if len(parts) > 1:
                 return self._set_parts(parts, call, bridge)
@@ -423,9 +448,11 @@ class NearClient(Topology):
             done = self._store.set_many(homes, keys, values, ttl_ms, bridge)
         except ROUTER_RECOVERS:
             return self._write(call, bridge)
-        return done if bridge is None else self._rerouted(done, call, bridge)
+        return done if bridge is None else _or_router(self._write, done, call, bridge)
 
-    def _set_parts(self, parts: list[Any], call: SetMany, bridge: Bridge | None) -> Any:
+    def _set_parts(
+        self, parts: list[Any], call: SetMany, bridge: Bridge | None
+    ) -> Awaitable[None] | None:
         """A cluster's set_many over several slots: each slot's keys through the tracking
         connection of its primary (`NearCache.set_many_parts`, all sent at once; the process'
         other near caches drop them there); the parts that do not go that way (no key kept),

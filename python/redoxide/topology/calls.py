@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar, overload
 from redoxide._protocols import ClientLike, Command, KeepsErrors
 from redoxide._redoxide import Bridge
 from redoxide.exceptions import ResponseError
-from redoxide.plans import Step, then
+from redoxide.plans import Plan, Step, then
 from redoxide.topology.commands import command_name
 
 __all__ = [
@@ -49,6 +49,12 @@ class Call(Generic[R]):
     def step(self, node: ClientLike) -> Step:
         """The call on `node` as a plan step (a driver appends the bridge when it runs one)."""
         return self.method(node), self.args
+
+    def plan_on(self, node: ClientLike) -> Plan[R]:
+        """The call on `node` as a plan of one step, typed: ``yield from call.plan_on(node)``
+        is its reply."""
+        reply: R = yield self.step(node)
+        return reply
 
     @overload
     def on(self, node: ClientLike, bridge: None) -> R: ...

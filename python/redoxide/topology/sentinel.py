@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redoxide import plans
@@ -34,7 +34,7 @@ from redoxide._registry import track
 from redoxide._sections import Config
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, ReadOnlyError
 from redoxide.plans import Plan
-from redoxide.topology.base import Router
+from redoxide.topology.base import R, Router
 from redoxide.topology.calls import Call
 from redoxide.topology.flight import Flight
 from redoxide.topology.nodes import address_of, discovery_budget, new_client, node_client
@@ -365,7 +365,7 @@ class SentinelPrimary(Router):
             self._hold = None
         current.end()
 
-    def _wait_hold(self, bridge: Bridge | None = None) -> Any:
+    def _wait_hold(self, bridge: Bridge | None = None) -> Awaitable[None] | None:
         """A step: wait until no failover holds writes, for at most SOCKET_TIMEOUT."""
         if bridge is not None:
             return self._await_hold()
@@ -413,7 +413,7 @@ class SentinelPrimary(Router):
             raise ConnectionInterrupted(self._last_error)
         return self.node
 
-    def primary_now(self, bridge: Bridge | None = None) -> Any:
+    def primary_now(self, bridge: Bridge | None = None) -> Client | Awaitable[Client]:
         """A step: the primary, asking the sentinels first if it is unknown or in doubt."""
         if bridge is not None:
             return self._aprimary_now(bridge)
@@ -426,7 +426,7 @@ class SentinelPrimary(Router):
             await self._flight.arun(self._discover, self._stale, bridge)
         return self._known()
 
-    def relearn(self, bridge: Bridge | None = None) -> Any:
+    def relearn(self, bridge: Bridge | None = None) -> Client | Awaitable[Client]:
         """A step: ask the sentinels again (unless just asked); return the primary."""
         if bridge is not None:
             return self._arelearn(bridge)
@@ -439,7 +439,7 @@ class SentinelPrimary(Router):
 
     # -- calls
 
-    def _write(self, call: Call[Any], bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         primary = self.node
         if primary is None or self.suspect:
             plan = self._discover_then_call(call)
@@ -451,32 +451,32 @@ class SentinelPrimary(Router):
         except CacheError as exc:
             return plans.run(self._recover(exc, primary, call))
 
-    async def _acall(self, primary: Client, call: Call[Any], bridge: Bridge) -> Any:
+    async def _acall(self, primary: Client, call: Call[R], bridge: Bridge) -> R:
         try:
             return await call.on(primary, bridge)
         except CacheError as exc:
             return await plans.arun(self._recover(exc, primary, call), bridge)
 
-    def _read(self, call: Call[Any], bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         primary = self.node
         if primary is not None and self._hold is not None:
             return call.on(primary, bridge)  # a hold is for writes: the old primary has it all
         return self._write(call, bridge)
 
-    def _discover_then_call(self, call: Call[Any]) -> Plan[Any]:
+    def _discover_then_call(self, call: Call[R]) -> Plan[R]:
         held_since = None
         if self._hold is not None:
             held_since = time.monotonic()
             yield self._wait_hold, ()
         primary = yield self.primary_now, ()
         try:
-            return (yield call.step(primary))
+            return (yield from call.plan_on(primary))
         except CacheError as exc:
             return (yield from self._recover(exc, primary, call, held_since))
 
     def _recover(
-        self, exc: CacheError, primary: Client, call: Call[Any], held_since: float | None = None
-    ) -> Plan[Any]:
+        self, exc: CacheError, primary: Client, call: Call[R], held_since: float | None = None
+    ) -> Plan[R]:
         """After a call to `primary` failed: retry it once on the new primary if the failure
         says the primary may have moved and asking the sentinels confirms it; else raise.
         `held_since`: when this write began waiting on a hold, if it did (see the module's
@@ -499,13 +499,13 @@ class SentinelPrimary(Router):
             now = self.node
             if now is primary or now is None or self.suspect:
                 raise exc
-            return (yield call.step(now))
+            return (yield from call.plan_on(now))
         now = self.node
         if now is primary or now is None or self.suspect:
             now = yield self.relearn, ()
         if now is primary:
             raise exc
-        return (yield call.step(now))
+        return (yield from call.plan_on(now))
 
 
 class SentinelRouter(Router):
@@ -539,11 +539,11 @@ class SentinelRouter(Router):
     def reads_home(self) -> bool:
         return self._reads.reads_home
 
-    def _read(self, call: Call[Any], bridge: Bridge | None) -> Any:
+    def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         if not self.primary.settled:
             return call.on(self.primary, bridge)
         self._reads.replicas = self.primary.replicas  # as last learnt
         return self._reads._read(call, bridge)
 
-    def _write(self, call: Call[Any], bridge: Bridge | None) -> Any:
+    def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return call.on(self.primary, bridge)
