@@ -375,6 +375,9 @@ class NearClient(Topology):
             return 1 if bridge is None else _redoxide.Ready(1)
         return self._write(Execute(args), bridge)
 
+    def _has(self, key: Any) -> bool:
+        return isinstance(key, (str, bytes)) and self._store.has(key)
+
     @overload
     def pipeline(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
     @overload
@@ -383,9 +386,6 @@ class NearClient(Topology):
         self, commands: Iterable[Command], bridge: Bridge | None = None
     ) -> list[Any] | Awaitable[list[Any]]:
         return self._write(Pipeline(list(commands)), bridge)
-
-    def _has(self, key: Any) -> bool:
-        return isinstance(key, (str, bytes)) and self._store.has(key)
 
     def pipeline_results(
         self, commands: Iterable[Command], bridge: Bridge | None = None

@@ -181,8 +181,7 @@ impl NearCache {
         _ = self.route.set(route);
     }
 
-    /// set on a router, in one call (`py/writes.rs`; `route` first): the process' only near
-    /// cache's.
+    /// set on a router, in one call (`py/writes.rs`; `route` first).
     #[pyo3(signature = (key, value, ttl_ms=None, nx=false, xx=false, bridge=None))]
     #[allow(clippy::too_many_arguments)]
     fn set_routed(

@@ -97,6 +97,16 @@ impl Drop for Again {
     }
 }
 
+/// An awaited write's conversion of its reply, `held` let go once it is converted (or with
+/// the awaitable, if it never is): drops made again then.
+fn then_release<T: Send + Sync + 'static>(convert: Convert, held: T) -> Finish {
+    Box::new(move |py: Python<'_>, reply| {
+        let out = convert(py, reply);
+        drop(held);
+        out
+    })
+}
+
 impl NearCache {
     /// Run `req` on `client` (one server), dropping `drops` before it is sent and again once
     /// it is answered (`peers`: the other near caches', made already): its converted reply,
@@ -135,12 +145,7 @@ impl NearCache {
                 let own = own.map(|(d, issued)| (Arc::clone(&self.near), d.owned(), issued));
                 let again = Again { own, _peers: peers };
                 let pending = client.run_async(py, bridge, req, convert)?;
-                let finish: Finish = Box::new(move |py: Python<'_>, reply| {
-                    let out = convert(py, reply);
-                    drop(again);
-                    out
-                });
-                Ok(Py::new(py, pending.with_finish(finish))?.into_any())
+                Ok(Py::new(py, pending.with_finish(then_release(convert, again)))?.into_any())
             }
         }
     }
@@ -172,12 +177,7 @@ impl NearCache {
             Some(bridge) => {
                 let pending = write.submit(&self.near, bridge)?;
                 let Some(peers) = peers else { return Ok(Py::new(py, pending)?.into_any()) };
-                let finish: Finish = Box::new(move |py: Python<'_>, reply| {
-                    let out = convert(py, reply);
-                    drop(peers);
-                    out
-                });
-                Ok(Py::new(py, pending.with_finish(finish))?.into_any())
+                Ok(Py::new(py, pending.with_finish(then_release(convert, peers)))?.into_any())
             }
         }
     }
@@ -301,12 +301,7 @@ impl NearCache {
             match write.map(|w| w.submit(&self.near, bridge.clone_ref(py))) {
                 Some(Ok(pending)) => match (&peers, convert) {
                     (Some(peers), Some(convert)) => {
-                        let peers = Arc::clone(peers);
-                        let finish: Finish = Box::new(move |py: Python<'_>, reply| {
-                            let out = convert(py, reply);
-                            drop(peers);
-                            out
-                        });
+                        let finish = then_release(convert, Arc::clone(peers));
                         out.append(Py::new(py, pending.with_finish(finish))?)?
                     }
                     _ => out.append(Py::new(py, pending)?)?,
