@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from redoxide._redoxide import Bridge
 from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted, SerializationError
@@ -33,6 +33,8 @@ __all__ = [
     "Plan",
     "Step",
     "arun",
+    "attempt",
+    "drive",
     "pause",
     "run",
 ]
@@ -79,6 +81,42 @@ async def arun(plan: Plan[T], bridge: Bridge) -> T:
                 call, args = plan.send(reply)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+@overload
+def drive(plan: Plan[T], bridge: None) -> T: ...
+@overload
+def drive(plan: Plan[T], bridge: Bridge) -> Awaitable[T]: ...
+def drive(plan: Plan[T], bridge: Bridge | None) -> T | Awaitable[T]:
+    """Run a plan the caller's way: blocking without a bridge, an awaitable with one."""
+    return run(plan) if bridge is None else arun(plan, bridge)
+
+
+def attempt(
+    first: Callable[..., Any],
+    args: tuple[Any, ...],
+    recovery: Callable[..., Plan[T]],
+    how: tuple[Any, ...],
+    bridge: Bridge | None,
+) -> T | Awaitable[T]:
+    """``first(*args)`` the caller's way (a call that usually answers: no plan is made for
+    it), else, if it raises a CacheError, the plan ``recovery(error, *how)``: a router's call
+    on the node it expects, and what it does when that node refuses."""
+    if bridge is not None:
+        return _attempt(first(*args, bridge), recovery, how, bridge)
+    try:
+        return first(*args)  # type: ignore[no-any-return]
+    except CacheError as exc:
+        return run(recovery(exc, *how))
+
+
+async def _attempt(
+    pending: Awaitable[T], recovery: Callable[..., Plan[T]], how: tuple[Any, ...], bridge: Bridge
+) -> T:
+    try:
+        return await pending
+    except CacheError as exc:
+        return await arun(recovery(exc, *how), bridge)
 
 
 def pause(seconds: float, bridge: Bridge | None = None) -> Awaitable[None] | None:

@@ -85,8 +85,8 @@ def test_cluster_pipelined_calls_follow_ask_during_resharding(
 
 
 # Regression test (review finding, fixed): after a MOVED in one node's part,
-# ClusterRouter.pipeline / _apipeline re-send every part, including those already applied: INCR
-# counted twice, DEL's summed count too low
+# ClusterRouter.pipeline (sync and awaited) re-sent every part, including those already
+# applied: INCR counted twice, DEL's summed count too low
 @pytest.mark.parametrize("what", ["incr", "del-count"])
 def test_cluster_pipeline_retry_does_not_reapply_applied_commands(own: Cluster, what: str) -> None:
     cache = cluster_cache(own.urls[:1], SOCKET_TIMEOUT=2.11 if what == "incr" else 2.12)
@@ -110,9 +110,9 @@ def test_cluster_pipeline_retry_does_not_reapply_applied_commands(own: Cluster, 
 
 
 # Regression test (review finding, fixed): the sync ClusterRouter.pipeline retries TRYAGAIN /
-# CLUSTERDOWN with no pause (_call and _apipeline sleep RETRY_PAUSE): its 5 retries are spent in
-# about a millisecond, so set_many / delete_many fail on a blip that set() and aset_many() wait
-# out
+# CLUSTERDOWN with no pause (a single-slot call and the awaited pipeline sleep RETRY_PAUSE):
+# its 5 retries are spent in about a millisecond, so set_many / delete_many fail on a blip that
+# set() and aset_many() wait out
 def test_cluster_sync_pipeline_pauses_before_retrying_clusterdown(own: Cluster) -> None:
     cache = cluster_cache(own.urls[:1], SOCKET_TIMEOUT=2.16)
     name = "blip"

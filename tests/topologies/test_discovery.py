@@ -66,8 +66,8 @@ def test_cluster_async_get_discovery_does_not_block_the_event_loop(cluster: Clus
     assert gap < 0.5, f"the event loop was blocked for {gap:.2f} s"
 
 
-# Regression test (review finding, fixed): async discovery (ClusterRouter._arelearn /
-# SentinelRouter._aprimary_now) has no single-flight guard: every task that finds the table
+# Regression test (review finding, fixed): async discovery (ClusterRouter.relearn /
+# SentinelPrimary.primary_now, awaited) has no single-flight guard: every task that finds the table
 # missing or suspect runs its own CLUSTER SLOTS, so a burst of N requests after a failure sends N
 # (the sync path has a lock)
 def test_cluster_async_discovery_runs_once_for_concurrent_callers(cluster: Cluster) -> None:
@@ -89,8 +89,8 @@ def test_cluster_async_discovery_runs_once_for_concurrent_callers(cluster: Clust
     assert calls <= 2, f"{calls} CLUSTER SLOTS for one burst of 50 agets"
 
 
-# Regression test (review finding, fixed): SentinelRouter._aprimary_now has no single-flight
-# guard: 50 concurrent first calls ask the sentinels 50 times
+# Regression test (review finding, fixed): SentinelPrimary.primary_now, awaited, has no
+# single-flight guard: 50 concurrent first calls ask the sentinels 50 times
 def test_sentinel_async_discovery_runs_once_for_concurrent_callers(sentinel_set: Any) -> None:
     with stalled_listener() as stall:
         sentinels = [stall.getsockname(), *sentinel_set.sentinel_addresses]

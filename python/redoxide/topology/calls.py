@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar, overload
 from redoxide._protocols import ClientLike, Command, KeepsErrors
 from redoxide._redoxide import Bridge
 from redoxide.exceptions import ResponseError
-from redoxide.plans import Plan, Step, then
+from redoxide.plans import Plan, Step, attempt, then
 from redoxide.topology.commands import command_name
 
 __all__ = [
@@ -67,6 +67,17 @@ class Call(Generic[R]):
             method(*self.args) if bridge is None else method(*self.args, bridge)
         )
         return reply
+
+    def on_else(
+        self,
+        node: ClientLike,
+        recovery: Callable[..., Plan[R]],
+        how: tuple[Any, ...],
+        bridge: Bridge | None,
+    ) -> R | Awaitable[R]:
+        """The call on `node`, else (it raised a CacheError) the plan ``recovery(error,
+        *how)``: blocking without a bridge, an awaitable with one (`plans.attempt`)."""
+        return attempt(self.method(node), self.args, recovery, how, bridge)
 
     def command(self) -> tuple[Any, ...]:
         """The one command the call sends (to repeat it after a cluster's ASKING)."""

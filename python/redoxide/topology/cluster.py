@@ -32,7 +32,6 @@ from redoxide.topology.parts import (
     RETRY_PAUSE,
     Group,
     Split,
-    asend,
     by_node,
     run_parts,
     send,
@@ -89,31 +88,23 @@ class ClusterRouter(Topology):
 
     # -- one single-slot call
 
-    def _node(self, slot: int | None) -> Client:
-        slots = self.slots
-        table = slots.table if slots.table is not None and not slots.suspect else None
-        if table is None:
-            table = slots.table_now()
-        return table[slot] if slot is not None else slots.primaries[0]
-
-    def _call(self, slot: int | None, call: Call[R]) -> R:
-        """Run one single-slot call (blocking); a failure goes to `_recovery`."""
-        node = self._node(slot)
-        try:
-            return call.on(node, None)
-        except CacheError as exc:
-            return plans.run(self._recovery(exc, slot, node, call))
-
-    async def _acall(self, slot: int | None, call: Call[R], bridge: Bridge) -> R:
+    def _route(self, slot: int | None, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
+        """Run one single-slot call on the slot's primary; a failure goes to `_recovery`."""
         slots = self.slots
         table = slots.table
         if table is None or slots.suspect:
-            table = await slots.table_now(bridge)
+            return plans.drive(self._located(slot, call), bridge)
         node = table[slot] if slot is not None else slots.primaries[0]
+        return call.on_else(node, self._recovery, (slot, node, call), bridge)
+
+    def _located(self, slot: int | None, call: Call[R]) -> Plan[R]:
+        """`_route` with no table to trust: the table learnt (or confirmed) first."""
+        table = yield self.slots.table_now, ()
+        node = table[slot] if slot is not None else self.slots.primaries[0]
         try:
-            return await call.on(node, bridge)
+            return (yield from call.plan_on(node))
         except CacheError as exc:
-            return await plans.arun(self._recovery(exc, slot, node, call), bridge)
+            return (yield from self._recovery(exc, slot, node, call))
 
     def _recovery(self, exc: CacheError, slot: int | None, node: Client, call: Call[R]) -> Plan[R]:
         """After a single-slot call failed on `node`: follow MOVED / ASK, retry TRYAGAIN and
@@ -155,18 +146,13 @@ class ClusterRouter(Topology):
                 exc = failed
         raise AssertionError("unreachable")
 
-    def _route(self, slot: int | None, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
-        if bridge is None:
-            return self._call(slot, call)
-        return self._acall(slot, call, bridge)
-
     def _read(self, slot: int, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         """A read from a replica of the slot, if there is one to ask, else from its primary."""
         replica = self.slots.replica_for(slot)
         if replica is None:
             return self._route(slot, call, bridge)
         plan = self.slots.health.read(replica, call, (self._route, (slot, call)))
-        return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
+        return plans.drive(plan, bridge)
 
     # -- the ClientLike interface
 
@@ -225,35 +211,21 @@ class ClusterRouter(Topology):
             by_slot.setdefault(slot, []).append(i)
         parts = [("MGET", *[keys[i] for i in positions]) for positions in by_slot.values()]
         table = self.slots.table
-        if (
-            table is not None
-            and not self.slots.suspect
-            and not self._config.servers.read_from_replicas
-        ):
-            if bridge is not None:
-                return self._amget_fast(table, len(keys), by_slot, parts, bridge)
-            fast = self._mget_fast(table, len(keys), by_slot, parts)
-            if fast is not None:
-                return fast
-        targets: list[Target] = list(by_slot)
-        if self._config.servers.read_from_replicas:
-            targets = [ReplicaOf(slot) for slot in by_slot]
-        plan = run_parts(self.slots, parts, targets)
-        if bridge is None:
-            try:
-                replies = plans.run(plan)
-            except CacheError as exc:
-                _partial_mget(exc, len(keys), by_slot)
-                raise
-            return _join_mget(len(keys), by_slot, replies)
-        return self._amget_parts(plan, len(keys), by_slot, bridge)
+        count = len(keys)
+        if table is None or self.slots.suspect or self._config.servers.read_from_replicas:
+            targets: list[Target] = list(by_slot)
+            if self._config.servers.read_from_replicas:
+                targets = [ReplicaOf(slot) for slot in by_slot]
+            return plans.drive(self._mget_parts(parts, targets, count, by_slot), bridge)
+        return plans.drive(self._mget_fast(table, count, by_slot, parts), bridge)
 
-    async def _amget_parts(
-        self, plan: Any, count: int, by_slot: dict[int, list[int]], bridge: Bridge
-    ) -> list[Any]:
-        """The general get_many path with awaits (see mget)."""
+    def _mget_parts(
+        self, parts: list[Any], targets: list[Target], count: int, by_slot: dict[int, list[int]]
+    ) -> Plan[list[Any]]:
+        """The general get_many path: each slot's MGET as a part, followed through redirects
+        and failovers; an error carries the values of the parts that ran."""
         try:
-            replies = await plans.arun(plan, bridge)
+            replies = yield from run_parts(self.slots, parts, targets)
         except CacheError as exc:
             _partial_mget(exc, count, by_slot)
             raise
@@ -261,29 +233,15 @@ class ClusterRouter(Topology):
 
     def _mget_fast(
         self, table: list[Client], count: int, by_slot: dict[int, list[int]], parts: list[Any]
-    ) -> list[Any] | None:
-        """get_many on a settled cluster, blocking: one fan-out, no plan (see _gathered)."""
+    ) -> Plan[list[Any]]:
+        """get_many on a settled cluster: one fan-out (every node's request sent before the
+        first wait), then the general path if `_gathered` finds anything off."""
         groups = by_node(table, list(by_slot), parts)
-        outcomes = send([(node, commands) for node, _, commands in groups.values()])
-        return self._gathered(groups, outcomes, count, by_slot)
-
-    async def _amget_fast(
-        self,
-        table: list[Client],
-        count: int,
-        by_slot: dict[int, list[int]],
-        parts: list[Any],
-        bridge: Bridge,
-    ) -> list[Any]:
-        """_mget_fast with awaits (every node's request sent before the first wait), and the
-        general path when it answers None."""
-        groups = by_node(table, list(by_slot), parts)
-        outcomes = await asend([(node, cmds) for node, _, cmds in groups.values()], bridge)
+        outcomes = yield send, ([(node, commands) for node, _, commands in groups.values()],)
         values = self._gathered(groups, outcomes, count, by_slot)
         if values is not None:
             return values
-        plan = run_parts(self.slots, parts, list(by_slot))
-        return await self._amget_parts(plan, count, by_slot, bridge)
+        return (yield from self._mget_parts(parts, list(by_slot), count, by_slot))
 
     def _gathered(
         self,
@@ -410,26 +368,15 @@ class ClusterRouter(Topology):
         commands = list(commands)
         if not commands:
             return [] if bridge is None else plans.done([])
-        every = any(command_name(c) in EVERY_PRIMARY for c in commands)
-        if bridge is not None:
-            return self._apipeline(commands, every, bridge)
-        primaries: list[Any] = []
-        if every:
-            fresh = self.slots.table is not None and self.slots.fresh_enough()
-            primaries = self.slots.primaries if fresh else self.slots.scan_nodes()
-        plan, rejoin = self._pipeline_plan(commands, primaries)
-        return rejoin(plans.run(plan))
+        return plans.drive(self._pipeline_whole(commands), bridge)
 
-    async def _apipeline(
-        self, commands: list[Sequence[Any]], every: bool, bridge: Bridge
-    ) -> list[Any]:
+    def _pipeline_whole(self, commands: list[Sequence[Any]]) -> Plan[list[Any]]:
         primaries: list[Any] = []
-        if every:
+        if any(command_name(c) in EVERY_PRIMARY for c in commands):
             fresh = self.slots.table is not None and self.slots.fresh_enough()
-            # The primaries, learnt without blocking the loop.
-            primaries = self.slots.primaries if fresh else await self.slots.scan_nodes(bridge)
+            primaries = self.slots.primaries if fresh else (yield self.slots.scan_nodes, ())
         plan, rejoin = self._pipeline_plan(commands, primaries)
-        return rejoin(await plans.arun(plan, bridge))
+        return rejoin((yield from plan))
 
 
 def _first(replies: list[T]) -> T:

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from redoxide import plans
 from redoxide._redoxide import Bridge
 from redoxide._registry import track
 
-__all__ = ["Flight"]
+__all__ = ["Flight", "always"]
+
+T = TypeVar("T")
+
+
+def always() -> bool:
+    """A `Flight.then` whose discovery is always asked for (the lock's holder still asks
+    whether it is needed)."""
+    return True
 
 
 class Flight:
@@ -57,3 +65,32 @@ class Flight:
             if self._running.get(id(loop)) is done:
                 del self._running[id(loop)]
             done.set_result(None)
+
+    def then(
+        self,
+        plan: Callable[[], plans.Plan[Any]],
+        needed: Callable[[], bool],
+        answer: Callable[[], T],
+        bridge: Bridge | None,
+        due: Callable[[], bool] | None = None,
+    ) -> T | Awaitable[T]:
+        """A step: a discovery if `due()` says so (by default `needed()`; `run` and `arun` ask
+        `needed()` again once it is this caller's turn), then `answer()`: blocking without a
+        bridge, an awaitable with one."""
+        if bridge is not None:
+            return self._athen(plan, needed, answer, bridge, due or needed)
+        if (due or needed)():
+            self.run(plan, needed)
+        return answer()
+
+    async def _athen(
+        self,
+        plan: Callable[[], plans.Plan[Any]],
+        needed: Callable[[], bool],
+        answer: Callable[[], T],
+        bridge: Bridge,
+        due: Callable[[], bool],
+    ) -> T:
+        if due():
+            await self.arun(plan, needed, bridge)
+        return answer()

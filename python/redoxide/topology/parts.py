@@ -24,7 +24,6 @@ __all__ = [
     "RETRY_PAUSE",
     "Group",
     "Split",
-    "asend",
     "by_node",
     "run_parts",
     "send",
@@ -59,7 +58,7 @@ def send(
     """A step: run one pipeline per node, all at once; return each node's replies (error
     replies as ResponseError instances) or the exception that failed it as a whole."""
     if bridge is not None:
-        return asend(calls, bridge)
+        return _asend(calls, bridge)
     if len(calls) == 1:
         node, commands = calls[0]
         try:
@@ -69,7 +68,7 @@ def send(
     return _redoxide.fanout(calls)
 
 
-async def asend(calls: list[tuple[Client, list[Part]]], bridge: Bridge) -> list[Any]:
+async def _asend(calls: list[tuple[Client, list[Part]]], bridge: Bridge) -> list[Any]:
     pending = [node.pipeline_results(commands, bridge) for node, commands in calls]
     together(pending)
     outcomes: list[Any] = []

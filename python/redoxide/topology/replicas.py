@@ -70,7 +70,7 @@ class ReplicaRouter(Router):
         if replica is None:
             return call.on(self.primary, bridge)
         plan = self.health.read(replica, call, call.step(self.primary))
-        return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
+        return plans.drive(plan, bridge)
 
     def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         return call.on(self.primary, bridge)

@@ -36,7 +36,7 @@ from redoxide.exceptions import CacheError, CacheTimeout, ConnectionInterrupted,
 from redoxide.plans import Plan
 from redoxide.topology.base import R, Router
 from redoxide.topology.calls import Call
-from redoxide.topology.flight import Flight
+from redoxide.topology.flight import Flight, always
 from redoxide.topology.nodes import address_of, discovery_budget, new_client, node_client
 from redoxide.topology.replicas import ReplicaRouter
 from redoxide.topology.sentinel_events import SentinelWatcher
@@ -415,47 +415,19 @@ class SentinelPrimary(Router):
 
     def primary_now(self, bridge: Bridge | None = None) -> Client | Awaitable[Client]:
         """A step: the primary, asking the sentinels first if it is unknown or in doubt."""
-        if bridge is not None:
-            return self._aprimary_now(bridge)
-        if self._stale():
-            self._flight.run(self._discover, self._stale)
-        return self._known()
-
-    async def _aprimary_now(self, bridge: Bridge) -> Client:
-        if self._stale():
-            await self._flight.arun(self._discover, self._stale, bridge)
-        return self._known()
+        return self._flight.then(self._discover, self._stale, self._known, bridge)
 
     def relearn(self, bridge: Bridge | None = None) -> Client | Awaitable[Client]:
         """A step: ask the sentinels again (unless just asked); return the primary."""
-        if bridge is not None:
-            return self._arelearn(bridge)
-        self._flight.run(self._discover, self._not_fresh)
-        return self._known()
-
-    async def _arelearn(self, bridge: Bridge) -> Client:
-        await self._flight.arun(self._discover, self._not_fresh, bridge)
-        return self._known()
+        return self._flight.then(self._discover, self._not_fresh, self._known, bridge, always)
 
     # -- calls
 
     def _write(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         primary = self.node
         if primary is None or self.suspect:
-            plan = self._discover_then_call(call)
-            return plans.run(plan) if bridge is None else plans.arun(plan, bridge)
-        if bridge is not None:
-            return self._acall(primary, call, bridge)
-        try:
-            return call.on(primary, None)
-        except CacheError as exc:
-            return plans.run(self._recover(exc, primary, call))
-
-    async def _acall(self, primary: Client, call: Call[R], bridge: Bridge) -> R:
-        try:
-            return await call.on(primary, bridge)
-        except CacheError as exc:
-            return await plans.arun(self._recover(exc, primary, call), bridge)
+            return plans.drive(self._discover_then_call(call), bridge)
+        return call.on_else(primary, self._recover, (primary, call), bridge)
 
     def _read(self, call: Call[R], bridge: Bridge | None) -> R | Awaitable[R]:
         primary = self.node

@@ -28,7 +28,7 @@ from redoxide.exceptions import (
     TryAgainError,
 )
 from redoxide.plans import Plan
-from redoxide.topology.flight import Flight
+from redoxide.topology.flight import Flight, always
 from redoxide.topology.health import ReplicaHealth
 from redoxide.topology.nodes import discovery_budget, node_client, split_address
 from redoxide.topology.sentinel import MIN_REFRESH_INTERVAL
@@ -197,23 +197,11 @@ class SlotMap:
     def table_now(self, bridge: Bridge) -> Awaitable[list[Client]]: ...
     def table_now(self, bridge: Bridge | None = None) -> list[Client] | Awaitable[list[Client]]:
         """The table, learnt first if there is none or it is in doubt."""
-        if bridge is not None:
-            return self._atable_now(bridge)
-        if self._needs_table():
-            self._flight.run(self._discover, self._needs_table)
-        return self.known_table()
-
-    async def _atable_now(self, bridge: Bridge) -> list[Client]:
-        if self._needs_table():
-            await self._flight.arun(self._discover, self._needs_table, bridge)
-        return self.known_table()
+        return self._flight.then(self._discover, self._needs_table, self.known_table, bridge)
 
     def relearn(self, bridge: Bridge | None = None) -> Awaitable[None] | None:
         """Learn the table again, unless it was just learnt."""
-        if bridge is not None:
-            return self._flight.arun(self._discover, self._not_fresh, bridge)
-        self._flight.run(self._discover, self._not_fresh)
-        return None
+        return self._flight.then(self._discover, self._not_fresh, _nothing, bridge, always)
 
     @overload
     def scan_nodes(self, bridge: None = None) -> list[Client]: ...
@@ -221,16 +209,14 @@ class SlotMap:
     def scan_nodes(self, bridge: Bridge) -> Awaitable[list[Client]]: ...
     def scan_nodes(self, bridge: Bridge | None = None) -> list[Client] | Awaitable[list[Client]]:
         """Every primary (for SCAN and the like), with a recent slot table."""
-        if bridge is not None:
-            return self._ascan_nodes(bridge)
-        if self._scan_stale() or self.suspect:
-            self._flight.run(self._discover, self._scan_stale)
-        self.known_table()
-        return list(self.primaries)
+        return self._flight.then(
+            self._discover, self._scan_stale, self._every_primary, bridge, self._scan_due
+        )
 
-    async def _ascan_nodes(self, bridge: Bridge) -> list[Client]:
-        if self._scan_stale() or self.suspect:
-            await self._flight.arun(self._discover, self._scan_stale, bridge)
+    def _scan_due(self) -> bool:
+        return self._scan_stale() or self.suspect
+
+    def _every_primary(self) -> list[Client]:
         self.known_table()
         return list(self.primaries)
 
@@ -288,3 +274,7 @@ class SlotMap:
             self.suspect = True
             return Redirect.AGAIN, None
         return Redirect.FINAL, None
+
+
+def _nothing() -> None:
+    """What `relearn` answers once the table is learnt."""
