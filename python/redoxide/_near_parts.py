@@ -4,12 +4,12 @@ recovers from, and the server key prefixes a configuration keeps."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from redoxide._near_options import NearCacheConfig
 from redoxide._protocols import ClientLike
-from redoxide._redoxide import Bridge, Client, NearCache, key_slots
+from redoxide._redoxide import Bridge, Client, key_slots
 from redoxide.exceptions import (
     CacheError,
     ClusterDownError,
@@ -26,7 +26,6 @@ R = TypeVar("R")
 __all__ = [
     "REROUTED_WRITES",
     "ROUTER_RECOVERS",
-    "Forget",
     "NearReads",
     "answered",
     "by_slot",
@@ -51,22 +50,19 @@ ROUTER_RECOVERS = (
 #: through the router instead. (Not a lost connection: the write may have landed.)
 REROUTED_WRITES = (RedirectError, TryAgainError, ClusterDownError, ReadOnlyError)
 
-#: How a store finds the tracked keys a write names: in a command's arguments, in a
-#: pipeline's commands, or in a list of keys.
-Forget = Callable[[NearCache, Any, bool], bool]
 
-
-def forgets(call: Call[Any]) -> tuple[Forget, Any]:
-    """What a write call drops from the stores: how to find its keys, and where."""
+def forgets(call: Call[Any]) -> tuple[int, Any]:
+    """What a write call names for the stores to drop, as `NearCache.write_around` takes it:
+    0 and a command's arguments, 1 and a pipeline's commands, 2 and keys."""
     first = call.args[0]  # the command, the commands, the key, the keys
     if isinstance(call, Execute):
-        return NearCache.forget, first
+        return 0, first
     if isinstance(call, Pipeline):
-        return NearCache.forget_all, first
+        return 1, first
     if isinstance(call, Set):
-        return NearCache.forget_keys, (first,)
+        return 2, (first,)
     if isinstance(call, SetMany):
-        return NearCache.forget_keys, first
+        return 2, first
     raise TypeError(f"redoxide: {type(call).__name__} is not a write")
 
 

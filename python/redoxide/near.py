@@ -39,7 +39,6 @@ from redoxide import _redoxide, plans
 from redoxide._near_options import NearCacheConfig, marker_name
 from redoxide._near_parts import (
     ROUTER_RECOVERS,
-    Forget,
     NearReads,
     answered,
     by_slot,
@@ -53,7 +52,7 @@ from redoxide._redoxide import Bridge, Client
 from redoxide._registry import Registry, track
 from redoxide.exceptions import CacheError
 from redoxide.plans import Plan
-from redoxide.topology.calls import Call, Execute, Pipeline, PipelineResults, Set, SetMany
+from redoxide.topology.calls import Call, Pipeline, PipelineResults, Set, SetMany
 from redoxide.topology.parts import together
 
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
@@ -67,13 +66,6 @@ _left_behind: list[Any] = []
 #: Every near cache of the process (they live as long as it does: see `near_client`).
 _every: tuple[NearClient, ...] = ()
 _joining = threading.Lock()  # makes each append to _every one read-and-write
-
-
-def _forget_everywhere(forget: Forget, what: Any, count: bool = True) -> bool:
-    """Drop the tracked keys `what` names from every near cache of the process (two aliases
-    have a store each, and a process reads its own writes whichever made them); whether any
-    keeps them. `count`: count the write (admission by use), not on the drop after it."""
-    return any([forget(client._store, what, count) for client in _every])  # (a list: all drop)
 
 
 async def _or_router(again: Callable[..., Any], pending: Awaitable[R], *args: Any) -> R:
@@ -143,9 +135,10 @@ class NearClient(Topology):
         reads = isinstance(inner, Topology) and inner.reads_home
         recovered = (functools.partial(_or_router, inner.get), ROUTER_RECOVERS)
         reads_of = (self._homes, reads, inner.get, *recovered, inner.mget, self._finish_many)
-        store.route(*reads_of, self._set_routed, functools.partial(_or_router, self._set_routed))
-        routed = (store.get_routed, store.mget_routed, store.set_routed)
-        bound["get"], bound["mget"], bound["set"] = routed
+        writes = (self._set_routed, functools.partial(_or_router, self._set_routed), inner.execute)
+        store.route(*reads_of, *writes)
+        routed = (store.get_routed, store.mget_routed, store.set_routed, store.execute_routed)
+        bound["get"], bound["mget"], bound["set"], bound["execute"] = routed
 
     def _new_store(self) -> _redoxide.NearCache:
         s = self._settings
@@ -343,37 +336,20 @@ class NearClient(Topology):
 
     # -- writes (and has_key) ----------------------------------------------------------------
 
-    async def _then_forget(
-        self, pending: Awaitable[R], forget: Callable[[W], object], what: W
-    ) -> R:
-        try:
-            return await pending
-        finally:
-            forget(what)
-
     def _write(
         self, call: Call[R], bridge: Bridge | None, on: ClientLike | None = None
     ) -> R | Awaitable[R]:
         """Run a write `call` on the inner client (or `on`): the tracked keys it names are
         dropped, in every near cache of the process, before it is sent and again once it is
-        answered (a fill that read the old value meanwhile is killed)."""
-        node = self._inner if on is None else on
-        forget_how, what = forgets(call)
-        if not _forget_everywhere(forget_how, what):
-            return call.on(node, bridge)
-        forget = functools.partial(_forget_everywhere, forget_how, count=False)
-        if bridge is not None:
-            return self._then_forget(call.on(node, bridge), forget, what)
-        try:
-            return call.on(node, None)
-        finally:
-            forget(what)
+        answered (a fill that read the old value meanwhile is killed): `write_around`."""
+        kind, what = forgets(call)
+        method = call.method(self._inner if on is None else on)
+        return self._store.write_around(kind, what, method, call.args, bridge)  # type: ignore[no-any-return]
 
     def execute(self, args: Command, bridge: Bridge | None = None) -> Any:
-        # (One server: the store's `execute`, bound by `_bind`.) On a router, as a write.
-        if len(args) == 2 and args[0] == "EXISTS" and self._has(args[1]):
-            return 1 if bridge is None else _redoxide.Ready(1)
-        return self._write(Execute(args), bridge)
+        # The store's `execute` on one server, `execute_routed` over the router's on a router
+        # (has_key of a kept key at once, the drops around it): bound by `_bind`.
+        return self.__dict__["execute"](args, bridge)
 
     def _has(self, key: Any) -> bool:
         return isinstance(key, (str, bytes)) and self._store.has(key)

@@ -9,10 +9,11 @@
 //! - `write.rs` own writes sent through them, `fill.rs` the one fill protocol, `sketch.rs` the
 //!   read counts of admission by use;
 //! - `py.rs` the Python surface (`py/forget.rs`: what a command sent through the cache drops;
-//!   `py/stats.rs`: the counters; `ready.rs`: a hit's awaitable). The cache's hooks are in
+//!   `py/stats.rs`: the counters; `ready.rs`: a hit's awaitable; `holding.rs`: a routed write's). The cache's hooks are in
 //!   `redoxide/near.py`.
 
 pub(crate) mod fill;
+mod holding;
 mod key_hash;
 mod py;
 mod ready;

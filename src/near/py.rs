@@ -20,6 +20,7 @@ use crate::proto::reply;
 use crate::proto::Request;
 use crate::py::client::Client;
 
+mod around;
 mod forget;
 mod keys;
 mod lookup;
@@ -37,7 +38,8 @@ use writes::drops_keys;
 /// Add the classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NearCache>()?;
-    m.add_class::<Ready>()
+    m.add_class::<Ready>()?;
+    m.add_class::<crate::near::holding::Holding>()
 }
 
 /// A near cache: the store of one cache configuration and its tracking connections.
@@ -161,8 +163,9 @@ impl NearCache {
     /// recovers from); `finish(keys, found, outcomes, routed, bridge)` ends a get_many;
     /// `write(key, value, ttl_ms, nx, xx, bridge)` is the router's set, dropping the key
     /// around it, and `rewritten(pending, key, value, ttl_ms, nx, xx, bridge)` awaits a set
-    /// sent here, or `write` if it meets one of `recovers` (`set_routed`). Set once: a second
-    /// call changes nothing.
+    /// sent here, or `write` if it meets one of `recovers` (`set_routed`); `execute(args,
+    /// bridge)` is the router's execute (`execute_routed`). Set once: a second call changes
+    /// nothing.
     #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
@@ -175,9 +178,20 @@ impl NearCache {
         finish: Py<PyAny>,
         write: Py<PyAny>,
         rewritten: Py<PyAny>,
+        execute: Py<PyAny>,
     ) {
-        let route =
-            Route { homes, reads, read, recovered, recovers, read_many, finish, write, rewritten };
+        let route = Route {
+            homes,
+            reads,
+            read,
+            recovered,
+            recovers,
+            read_many,
+            finish,
+            write,
+            rewritten,
+            execute,
+        };
         _ = self.route.set(route);
     }
 
@@ -307,27 +321,44 @@ impl NearCache {
         bridge: Option<Py<Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         guard(|| {
-            let items: Vec<Bound<'_, PyAny>> = match args.cast::<PyTuple>() {
-                Ok(tuple) => tuple.iter().collect(),
-                Err(_) => args.try_iter()?.collect::<PyResult<_>>()?,
-            };
-            if let [name, key] = &items[..] {
-                // has_key of a key kept here: a hit.
-                if key_bytes(name).is_some_and(|n| n.eq_ignore_ascii_case(b"EXISTS"))
-                    && self.has(key)
-                {
-                    let one = 1i64.into_pyobject(py)?.into_any().unbind();
-                    return Ok(match bridge {
-                        None => one,
-                        Some(_) => Py::new(py, Ready { value: one })?.into_any(),
-                    });
-                }
+            let items = around::words(args)?;
+            if let Some(hit) = self.exists_hit(py, &items, bridge.is_some())? {
+                return Ok(hit);
             }
             let req = Request::Cmd(crate::proto::command::command_from(args)?);
             let peers = self.peers.drop_now(|near| drops_of(near, &items));
             let drops = drops_of(&self.near, &items);
             self.write_dropping(py, client.get(), drops, peers, req, reply::to_py, bridge)
         })
+    }
+
+    /// execute on a router, in one call (`py/around.rs`; `route` first): has_key of a key
+    /// kept here at once, else the router's execute, the keys it writes dropped around it.
+    #[pyo3(signature = (args, bridge=None))]
+    fn execute_routed(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyAny>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.execute_routed_body(py, args, bridge))
+    }
+
+    /// A write the caller's `send` makes (`send(*args)`, with `bridge` `send(*args, bridge)`,
+    /// awaited through a `Holding`), the tracked keys it names dropped before and again once
+    /// it is answered, here and in the peers; `kind`: what `what` is (0, one command's
+    /// arguments; 1, a pipeline's commands; 2, the keys of a set or set_many).
+    #[pyo3(signature = (kind, what, send, args, bridge=None))]
+    fn write_around(
+        &self,
+        py: Python<'_>,
+        kind: u8,
+        what: &Bound<'_, PyAny>,
+        send: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        bridge: Option<Py<Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
+        guard(|| self.write_around_body(py, kind, what, send, args, bridge))
     }
 
     /// set_many on one server, through the tracking connection when one of the keys is kept
@@ -441,26 +472,6 @@ impl NearCache {
         if let Some(key) = key_bytes(key) {
             self.near.store.cancel(key, Token(token));
         }
-    }
-
-    /// Before (and after) this process writes: drop the tracked keys a command names, or
-    /// everything for FLUSHDB / FLUSHALL / SWAPDB. Return whether anything tracked was named.
-    /// `count`: count the write against the keys' reads (admission by use): the first drop.
-    #[pyo3(signature = (command, count=true))]
-    fn forget(&self, command: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
-        guard(|| self.forget_command(command, count))
-    }
-
-    /// `forget` for each command of a pipeline.
-    #[pyo3(signature = (commands, count=true))]
-    fn forget_all(&self, commands: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
-        guard(|| {
-            let mut any = false;
-            for command in commands.try_iter()? {
-                any |= self.forget_command(&command?, count)?;
-            }
-            Ok(any)
-        })
     }
 
     /// Drop these keys (a set or set_many of them); whether any is kept here.

@@ -140,3 +140,43 @@ def test_a_near_cached_set_enters_the_core_no_more_than_a_plain_set(
     finally:
         stop_tracking(near)
         plain.close()
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_a_near_cached_command_on_a_router_enters_the_core_once_more_than_a_plain_one(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    # The store's `execute_routed` around the router's execute: the command's drops, here and
+    # in this process' other near caches (which it holds many of), made in that one call, none
+    # from Python; has_key of a kept key answered there, with no round trip.
+    plain = _cache(topology, request, near=False)
+    near = _cache(topology, request, near=True)
+    try:
+        for cache in (plain, near):
+            cache.set_many({"cfg:a": 1, "cfg:b": 2, "cfg:c": 3, "other:d": 4})
+        serving(near)
+        assert [near.get(n) for n in ("cfg:a", "cfg:b", "cfg:c")] == [1, 2, 3]  # kept
+        assert _entries(lambda: near.has_key("cfg:a")) == {"NearCache.execute_routed": 1}
+        for name in ("cfg:b", "other:d"):
+            limit = sum(_entries(lambda n=name: plain.delete(n)).values())
+            counts = _entries(lambda n=name: near.delete(n))
+            assert counts.get("NearCache.execute_routed") == 1, counts
+            assert "NearCache.forget_keys" not in counts, counts
+            assert sum(counts.values()) <= limit + 1, (counts, limit)
+        plain.set("cfg:c", 3)
+        awaited_limit = sum(_awaited_entries(lambda: plain.adelete("cfg:c")).values())
+        counts = _awaited_entries(lambda: near.adelete("cfg:c"))
+        assert counts.get("NearCache.execute_routed") == 1, counts
+        assert "NearCache.forget_keys" not in counts, counts
+        assert sum(counts.values()) <= awaited_limit + 1, (counts, awaited_limit)
+        # Dropped, and gone from the servers: nothing served from memory.
+        assert [near.get(n) for n in ("cfg:a", "cfg:b", "cfg:c", "other:d")] == [
+            1,
+            None,
+            None,
+            None,
+        ]
+        assert not near.has_key("cfg:b") and near.has_key("cfg:a")
+    finally:
+        stop_tracking(near)
+        plain.close()

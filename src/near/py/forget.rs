@@ -4,18 +4,10 @@
 
 use pyo3::prelude::*;
 
+use super::key_bytes;
 use super::writes::{drops_keys, Drops};
-use super::{key_bytes, NearCache};
 use crate::commands::{self, Effect};
 use crate::near::tracking::Near;
-
-impl NearCache {
-    /// Drop the tracked keys among a command's arguments; whether there were any.
-    pub(super) fn forget_command(&self, command: &Bound<'_, PyAny>, count: bool) -> PyResult<bool> {
-        let items: Vec<Bound<'_, PyAny>> = command.try_iter()?.collect::<PyResult<_>>()?;
-        Ok(drops_of(&self.near, &items).map(|drops| drops.apply(&self.near, count)).is_some())
-    }
-}
 
 /// What a command sent through the cache drops from `near` (None: nothing, a read or a
 /// control command, or a write of no key it tracks).

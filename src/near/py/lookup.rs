@@ -124,6 +124,8 @@ pub(super) struct Route {
     /// `rewritten(pending, key, value, ttl_ms, nx, xx, bridge)`: awaits a set sent to the
     /// key's primary, or `write` if it meets one of `recovers`.
     pub(super) rewritten: Py<PyAny>,
+    /// The router's execute: `execute(args, bridge)` (`py/around.rs`).
+    pub(super) execute: Py<PyAny>,
 }
 
 /// The primary that owns `key` by `homes` (a router's `homes()`: its one primary, or a
@@ -146,7 +148,7 @@ impl NearCache {
     /// The router's `Route` (`NearCache.route`).
     pub(super) fn routing(&self) -> PyResult<&Route> {
         self.route.get().ok_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err("a router's read before route")
+            pyo3::exceptions::PyRuntimeError::new_err("a router's call before route")
         })
     }
 

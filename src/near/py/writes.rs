@@ -3,7 +3,8 @@
 //! awaitable converts the answer, or is dropped unconverted), here and in the process' other
 //! near caches (`peers.rs`); a write of kept keys goes through the tracking connection
 //! (`write.rs`). One server's `set`, `set_many` and `execute`, and a router's `set`
-//! (`set_routed`); a router's other writes make the same drops in `near.py`'s `_write`.
+//! (`set_routed`); a router's other writes make the same drops around the router's own
+//! method (`around.rs`).
 
 use std::sync::Arc;
 
@@ -81,18 +82,30 @@ pub(super) fn drops_keys<'a>(
 /// Drops again when it goes: once the write is answered, or with an awaitable that never
 /// converted an answer (a fill that read the old value meanwhile is killed either way); the
 /// peers' too.
-struct Again {
+pub(super) struct Again {
     own: Option<(Arc<Near>, Owned, u64)>,
     /// (Dropped with it: their drops made again.)
     _peers: Option<PeerDrops>,
 }
 
+impl Again {
+    pub(super) fn new(own: Option<(Arc<Near>, Owned, u64)>, peers: Option<PeerDrops>) -> Again {
+        Again { own, _peers: peers }
+    }
+
+    /// A blocking write's drops made again once it is answered (if anything was installed
+    /// since `issued`).
+    pub(super) fn after<K: AsRef<[u8]>>(near: &Near, drops: &Drops<K>, issued: u64) {
+        if drops.again(near, issued) {
+            drops.apply(near, false);
+        }
+    }
+}
+
 impl Drop for Again {
     fn drop(&mut self) {
         if let Some((near, drops, issued)) = &self.own {
-            if drops.again(near, *issued) {
-                drops.apply(near, false);
-            }
+            Again::after(near, drops, *issued);
         }
     }
 }
@@ -134,16 +147,14 @@ impl NearCache {
                 // (The keys stay borrowed: nothing is copied for a blocking write.)
                 let out = client.run_sync(py, req, convert);
                 if let Some((drops, issued)) = &own {
-                    if drops.again(&self.near, *issued) {
-                        drops.apply(&self.near, false);
-                    }
+                    Again::after(&self.near, drops, *issued);
                 }
                 drop(peers);
                 out
             }
             Some(bridge) => {
                 let own = own.map(|(d, issued)| (Arc::clone(&self.near), d.owned(), issued));
-                let again = Again { own, _peers: peers };
+                let again = Again::new(own, peers);
                 let pending = client.run_async(py, bridge, req, convert)?;
                 Ok(Py::new(py, pending.with_finish(then_release(convert, again)))?.into_any())
             }
