@@ -103,7 +103,11 @@ def attempt(
     it), else, if it raises a CacheError, the plan ``recovery(error, *how)``: a router's call
     on the node it expects, and what it does when that node refuses."""
     if bridge is not None:
-        return _attempt(first(*args, bridge), recovery, how, bridge)
+        try:
+            pending = first(*args, bridge)
+        except CacheError as exc:  # (refused before anything was awaited)
+            return arun(recovery(exc, *how), bridge)
+        return _attempt(pending, recovery, how, bridge)
     try:
         return first(*args)  # type: ignore[no-any-return]
     except CacheError as exc:

@@ -85,6 +85,44 @@ def test_drivers_send_replies_and_throw_errors_into_the_plan(mode: str) -> None:
         run(Scripted(1, ConnectionInterrupted("gone")))
 
 
+def _recovery(exc: Exception, step: Callable[..., Any], tag: str) -> plans.Plan[Any]:
+    if not isinstance(exc, ConnectionInterrupted):
+        raise exc
+    again = yield step, ("again",)
+    return (tag, again)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("when", ["answered", "raised at once", "raised when awaited"])
+def test_attempt_runs_the_recovery_plan_only_when_the_first_call_fails(
+    mode: str, when: str
+) -> None:
+    # A router's call on the node it expects: no plan unless it fails, however it fails
+    # (an awaited call may refuse before anything is awaited, or once it is).
+    first = Scripted("ok" if when == "answered" else ConnectionInterrupted("gone"), "later")
+
+    def at_once(*args: Any) -> Any:
+        return first(*args[:-1])  # raises here, not in the awaitable
+
+    if mode == "sync":
+        got = plans.attempt(first, ("x",), _recovery, (first, "recovered"), None)
+    else:
+        call = at_once if when == "raised at once" else first.acall
+        how = (first.acall, "recovered")
+        got = asyncio.run(_awaited(plans.attempt(call, ("x",), _recovery, how, "bridge")))
+    if when == "answered":
+        assert got == "ok" and first.calls == [("x",)]
+    else:
+        assert got == ("recovered", "later") and first.calls == [("x",), ("again",)]
+    refused = Scripted(response_error("WRONGTYPE", "WRONGTYPE no"))
+    with pytest.raises(ResponseError):  # what the recovery does not recover from
+        plans.attempt(refused, ("x",), _recovery, (refused, "recovered"), None)
+
+
+async def _awaited(pending: Any) -> Any:
+    return await pending
+
+
 def test_fail_open_returns_the_fallback_only_for_its_errors() -> None:
     fail_open = plans.FailOpen(True)
     assert fail_open.failed(CacheTimeout("slow"), "miss") == "miss"
