@@ -58,7 +58,6 @@ from redoxide.topology.parts import together
 __all__ = ["NearClient", "near_client", "tracked_prefixes"]
 
 R = TypeVar("R")
-W = TypeVar("W")
 
 #: Stores a forked child replaced: never dropped (their tasks belong to the parent's runtime).
 _left_behind: list[Any] = []
@@ -350,9 +349,6 @@ class NearClient(Topology):
         # The store's `execute` on one server, `execute_routed` over the router's on a router
         # (has_key of a kept key at once, the drops around it): bound by `_bind`.
         return self.__dict__["execute"](args, bridge)
-
-    def _has(self, key: Any) -> bool:
-        return isinstance(key, (str, bytes)) and self._store.has(key)
 
     @overload
     def pipeline(self, commands: Iterable[Command], bridge: None = None) -> list[Any]: ...
